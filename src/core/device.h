@@ -1,0 +1,45 @@
+// Where a tensor's bytes live, and the few raw memory calls core needs from the CUDA runtime.
+//
+// Builds without CUDA keep the same interface: cuda_available() is false and every CUDA call fails
+// with ErrorCode::kUnsupported, so callers need no #ifdefs.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace h3 {
+
+enum class DeviceType : unsigned char { kCPU, kCUDA };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::kCPU, 0}; }
+  static Device cuda(int i = 0) { return {DeviceType::kCUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::kCPU; }
+  bool is_cuda() const { return type == DeviceType::kCUDA; }
+  bool operator==(const Device& o) const { return type == o.type && (is_cpu() || index == o.index); }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;  // "cpu", "cuda:0"
+};
+
+// Parses "cpu", "cuda", "cuda:N"; throws kInvalidArgument naming the text otherwise.
+Device parse_device(const std::string& text);
+
+// True when this build has CUDA and at least one device is visible.
+bool cuda_available();
+int cuda_device_count();
+
+// Device memory. cuda_malloc throws kOutOfMemory with the size asked for and what is free.
+void* cuda_malloc(size_t bytes, int device);
+void cuda_free(void* ptr, int device) noexcept;
+// Host memory that is page-locked for fast, asynchronous copies.
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* ptr) noexcept;
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+// Synchronous copy (used by Tensor::to; streamed loads use core/cuda_stream.h).
+void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+
+}  // namespace h3

@@ -1,0 +1,19 @@
+// Stand-ins for core/device.h in builds without CUDA: every device call says so clearly.
+#include "core/device.h"
+#include "core/status.h"
+
+namespace h3 {
+
+[[noreturn]] static void no_cuda() {
+  fail(ErrorCode::kUnsupported, "this build of h3 has no CUDA support (rebuild with nvcc present)");
+}
+
+int cuda_device_count() { return 0; }
+bool cuda_available() { return false; }
+void* cuda_malloc(size_t, int) { no_cuda(); }
+void cuda_free(void*, int) noexcept {}
+void* cuda_host_alloc(size_t) { no_cuda(); }
+void cuda_host_free(void*) noexcept {}
+void cuda_copy(void*, const void*, size_t, CopyKind) { no_cuda(); }
+
+}  // namespace h3

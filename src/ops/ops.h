@@ -1,0 +1,123 @@
+// The operation interface: every numeric operation of h3.cpp, once.
+//
+// Each op is a free function taking and returning Tensors. It dispatches on the device of its
+// inputs: CPU tensors go to ops/cpu/ (the oracle: simple loops, float32 accumulation, float64 where
+// a reduction needs it), CUDA tensors to ops/cuda/. Models call these and never branch on the
+// backend. Every op has an entry in tests/ops (the backend-ops harness), which runs it on each
+// available backend against the CPU.
+//
+// Dtype rule: outputs have the dtype of the main input (x). Inside, CPU ops widen to float32,
+// compute, and round the result once to the output dtype. So a model run with bf16 activations on
+// the CPU rounds exactly where a bf16 reference rounds between ops: that is the bf16-emulation
+// mode, with no separate code path.
+//
+// Conventions: linear weights are [out, in] (y = x W^T + b). Row-indexed ops (modulate) take an
+// int32 or int64 index tensor with one entry per row of x. Shapes are checked; a mismatch throws
+// h3::Error (kInvalidArgument) naming the op and both shapes.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace h3::ops {
+
+// ---- linear algebra ---------------------------------------------------------------------------
+
+// y[..., N] = x[..., K] @ w[N, K]^T (+ bias[N]). x may be bf16/f16/f32; w any float dtype.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
+// Batched matmul: a [B, M, K] @ b [B, K, N] -> [B, M, N]; b may also be [K, N] (broadcast).
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- attention ----------------------------------------------------------------------------------
+
+struct AttentionParams {
+  float scale = 0.0f;  // 0 means 1/sqrt(head_dim)
+  bool causal = false;
+  // Variable-length block-diagonal batch (vision tower): cumulative sequence starts, size
+  // segments+1, e.g. {0, 256, 512}. Rows attend only within their segment. Empty: one segment.
+  std::vector<int64_t> cu_seqlens;
+};
+
+// q [S, Hq, D], k/v [S_kv, Hkv, D] with Hq % Hkv == 0 (grouped-query: query head h reads key/value
+// head h / (Hq/Hkv)). Returns [S, Hq, D]. Exact softmax (max-subtracted, float32 accumulation).
+// An optional additive mask [S, S_kv] (float32, -inf to block) is applied before the softmax.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p = {},
+                 const Tensor* mask = nullptr);
+
+// ---- normalization ------------------------------------------------------------------------------
+
+// x / sqrt(mean(x^2) + eps) * weight over the last dim; weight may be null (no affine). The
+// per-head QK-norm is this op on x [S, H, D] with weight [D].
+Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps);
+// (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance).
+Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps);
+// x [N, C, ...] in `groups` groups over (C/groups, ...), affine weight/bias [C] (may be null).
+Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps);
+
+// ---- position and modulation ---------------------------------------------------------------------
+
+// Rotate-half RoPE on the first rotary_dim channels of the last dim; the rest pass through.
+// x [S, H, D]; cos/sin [S, rotary_dim] (already duplicated over the two halves, as the reference
+// builds them). out[:r/2] = x1*cos - x2*sin ; out[r/2:r] = x2*cos + x1*sin (per half of cos/sin).
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int rotary_dim);
+
+// AdaLN modulation by row index: out[r] = x[r] * (1 + scale[idx[r]]) + shift[idx[r]].
+// x [S, C]; scale/shift [T, C] (T table rows); idx [S].
+Tensor modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& idx);
+// Gated residual by row index: out[r] = residual[r] + gate[idx[r]] * branch[r].
+Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor& gate,
+                      const Tensor& idx);
+
+// ---- activations ----------------------------------------------------------------------------------
+
+// x [..., 2F] split as [value | gate]: out = value * silu(gate), [..., F].
+Tensor swiglu(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x, bool tanh_approx = false);
+
+// ---- elementwise ----------------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b);  // b broadcast over leading dims of a
+Tensor mul(const Tensor& a, const Tensor& b);  // b broadcast over leading dims of a
+Tensor scale(const Tensor& x, float s);
+Tensor cast(const Tensor& x, DType dtype);  // round-to-nearest-even, any device
+
+// ---- convolution ----------------------------------------------------------------------------------
+
+struct Conv1dParams {
+  int stride = 1;
+  int padding = 0;  // zero padding on both sides
+  int dilation = 1;
+  int groups = 1;
+};
+// x [N, Cin, L], w [Cout, Cin/groups, K], bias [Cout] or null.
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
+// Transposed 1-D convolution: x [N, Cin, L], w [Cin, Cout, K].
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride,
+                        int padding);
+
+enum class PadMode { kZeros, kReflect, kReplicate };
+struct Conv3dParams {
+  int stride[3] = {1, 1, 1};  // (t, h, w)
+  int padding[3] = {0, 0, 0};  // symmetric, applied with pad_mode (spatial) before the conv
+  PadMode pad_mode = PadMode::kZeros;
+};
+// x [N, Cin, T, H, W], w [Cout, Cin, kT, kH, kW]. Causal time padding is done by the caller
+// (pad3d), since the VAEs pad time and space differently.
+Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv3dParams& p);
+// Pads the last three dims: pads = {t_front, t_back, h_top, h_bottom, w_left, w_right}.
+Tensor pad3d(const Tensor& x, const int pads[6], PadMode mode);
+
+// ---- indexing and layout ----------------------------------------------------------------------------
+
+// out[i] = x[idx[i]] along dim 0.
+Tensor gather_rows(const Tensor& x, const Tensor& idx);
+// dst[idx[i]] = src[i] along dim 0, in place.
+void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
+Tensor concat(const std::vector<Tensor>& parts, int dim);
+// Contiguous copy of any view (any device).
+Tensor copy(const Tensor& x);
+
+}  // namespace h3::ops
