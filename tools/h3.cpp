@@ -1,14 +1,67 @@
-// The h3 command line. Thin: parses flags and calls the library.
+// The h3 command line. Thin: finds the subcommand and runs it; every error becomes a message on
+// stderr and a non-zero exit code, never a crash.
 #include <cstdio>
+#include <exception>
 #include <string>
+#include <vector>
 
+#include "command.h"
 #include "core/status.h"
 
-int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--version") {
-    std::printf("h3 %s\n", H3_VERSION);
-    return argc < 2 ? 2 : 0;
+namespace h3::cli {
+
+std::vector<Command>& commands() {
+  static std::vector<Command> list;
+  return list;
+}
+
+bool register_command(Command c) {
+  commands().push_back(std::move(c));
+  return true;
+}
+
+}  // namespace h3::cli
+
+static void usage(FILE* out) {
+  std::fprintf(out, "h3 %s: MiniMax-H3 joint video+audio generation\n\nusage: h3 <command> [options]\n\n",
+               H3_VERSION);
+  for (const auto& c : h3::cli::commands()) {
+    std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
   }
-  std::fprintf(stderr, "h3: unknown command '%s'\n", argv[1]);
+  std::fprintf(out, "\nRun 'h3 <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::printf("h3 %s\n", H3_VERSION);
+    return 0;
+  }
+  for (const auto& c : h3::cli::commands()) {
+    if (c.name != name) continue;
+    const std::vector<std::string> args(argv + 2, argv + argc);
+    try {
+      return c.run(args);
+    } catch (const h3::Error& e) {
+      std::fprintf(stderr, "h3 %s: error: %s\n", name.c_str(), e.what());
+      return 1;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "h3 %s: error: out of host memory\n", name.c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "h3 %s: error: %s\n", name.c_str(), e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "h3: unknown command '%s'\n\n", name.c_str());
+  usage(stderr);
   return 2;
 }
