@@ -8,6 +8,17 @@
 // header length within the file and below a sane cap, valid UTF-8 JSON object, known dtype names,
 // non-negative integer shapes whose element count times dtype size equals the byte span, spans
 // inside the data section, no two spans overlapping. Every error names the file (and tensor).
+//
+// Choices where the format leaves room:
+// - Gaps between spans and bytes after the last span are accepted (the reference writer leaves
+//   none, but they cannot make a read go out of bounds); overlapping spans are rejected, because
+//   two tensors sharing bytes is either corruption or an attack on a loader that writes in place.
+// - Keys must be unique within every object of the header (JSON parsers would otherwise keep one
+//   of two tensors with the same name silently), and objects nest at most 16 levels deep. Unknown
+//   keys inside a tensor entry are ignored, as the reference reader does.
+// - Dtype names the format defines but the engine has no DType for (I8, U16, F8_E5M2, ...) are
+//   kUnsupported; names the format does not define are kInvalidFile.
+// - tensors() lists tensors by data offset (then name), the order in which streaming reads them.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +30,11 @@
 #include "core/tensor.h"
 
 namespace h3::io {
+
+class MappedFile;
+
+// Headers above this size are rejected before parsing (the reference reader's own limit).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 struct TensorInfo {
   std::string name;
@@ -38,13 +54,17 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }
-  uint64_t data_start() const { return data_start_; }  // 8 + header length
+  uint64_t data_start() const { return data_start_; }                // 8 + header length
   const std::vector<TensorInfo>& tensors() const { return infos_; }  // in file order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws kNotFound naming file+tensor
-  // CPU tensor borrowing the mapped bytes (no copy).
+  // CPU tensor borrowing the mapped bytes (no copy); it keeps the mapping alive after this
+  // handle is gone, and is read-only (the mapping is). When the bytes are not aligned to the
+  // element size (possible in a valid file), an owned, aligned copy is returned instead, so that
+  // typed access never reads a misaligned pointer.
   Tensor tensor(const std::string& name) const;
+  // The tensor's bytes inside the mapping (info must come from this file).
   const uint8_t* bytes(const TensorInfo& info) const;
 
  private:
@@ -52,11 +72,10 @@ class SafetensorsFile {
   std::string path_;
   uint64_t file_size_ = 0;
   uint64_t data_start_ = 0;
-  const uint8_t* map_ = nullptr;
+  std::shared_ptr<const MappedFile> map_;
   std::vector<TensorInfo> infos_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
-  std::weak_ptr<SafetensorsFile> self_;
 };
 
 // Parses and validates a header from memory (the fuzz target's entry point). `file_size` is the
@@ -65,13 +84,22 @@ void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_si
                               const std::string& label, std::vector<TensorInfo>* infos,
                               std::map<std::string, std::string>* metadata);
 
+// Validates a whole file held in memory: the 8-byte length (at least 2, at most
+// kMaxSafetensorsHeaderBytes, not past the end), then the header as above. Returns the header
+// length. SafetensorsFile::open goes through here, so fuzzing this covers the reader.
+uint64_t parse_safetensors_bytes(const uint8_t* file, uint64_t file_size, const std::string& label,
+                                 std::vector<TensorInfo>* infos,
+                                 std::map<std::string, std::string>* metadata);
+
 // A checkpoint: one file, or shards listed by `<name>.safetensors.index.json` ({"metadata": ...,
 // "weight_map": {tensor: shard}}). Every shard is validated, and the weight map must agree with
 // the shards' contents (no missing, no extra, no duplicated names).
 class Checkpoint {
  public:
   // `path` is a .safetensors file, an .index.json file, or a folder holding exactly one of
-  // `<stem>.safetensors` / `<stem>.safetensors.index.json` for some stem.
+  // `<stem>.safetensors` / `<stem>.safetensors.index.json` for some stem (an index wins over the
+  // shards it lists; two indexes, or several files without an index, are ambiguous: an error).
+  // Shard names in an index are relative to its folder; absolute paths and ".." are rejected.
   static Checkpoint open(const std::string& path);
 
   std::vector<std::string> names() const;  // sorted
@@ -91,8 +119,9 @@ class Checkpoint {
 
 // Writes tensors (any device is fine for CPU tensors; others are copied to CPU first) to `path`
 // through a temporary file renamed at the end, so no half-written file is ever visible. Data is
-// laid out in the given order; the header is padded with spaces
-// so that the data section starts at a multiple of 8).
+// laid out in the given order with no gaps (so the reference reader accepts the file); the header
+// is padded with spaces so that the data section starts at a multiple of 8. Names must be
+// non-empty, unique and not "__metadata__".
 struct NamedTensor {
   std::string name;
   Tensor tensor;
@@ -102,7 +131,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 
 // Writes a file whose header describes `infos` (offsets computed here, in order) but whose data
 // section is a hole (sparse file): used to produce the released layout at full size without the
-// disk space. Also atomic (temporary file + rename).
+// disk space. Also atomic (temporary file + rename). Only name, dtype and shape of `infos` are
+// used; begin and nbytes are computed.
 void write_safetensors_sparse(const std::string& path, const std::vector<TensorInfo>& infos,
                               const std::map<std::string, std::string>& metadata = {});
 

@@ -9,7 +9,9 @@
 // Dtype rule: outputs have the dtype of the main input (x). Inside, CPU ops widen to float32,
 // compute, and round the result once to the output dtype. So a model run with bf16 activations on
 // the CPU rounds exactly where a bf16 reference rounds between ops: that is the bf16-emulation
-// mode, with no separate code path.
+// mode, with no separate code path. Ops that fuse several reference ops (modulate, gated_residual,
+// swiglu, rope) also round their intermediates to the output dtype where the reference rounds
+// (h3_dit_spec.md §2.8-§2.11); for float32 outputs that is plain float32 math.
 //
 // Conventions: linear weights are [out, in] (y = x W^T + b). Row-indexed ops (modulate) take an
 // int32 or int64 index tensor with one entry per row of x. Shapes are checked; a mismatch throws
@@ -43,6 +45,8 @@ struct AttentionParams {
 // q [S, Hq, D], k/v [S_kv, Hkv, D] with Hq % Hkv == 0 (grouped-query: query head h reads key/value
 // head h / (Hq/Hkv)). Returns [S, Hq, D]. Exact softmax (max-subtracted, float32 accumulation).
 // An optional additive mask [S, S_kv] (float32, -inf to block) is applied before the softmax.
+// Causal is top-left aligned (query i sees keys j <= i, as torch SDPA's is_causal); a row whose
+// keys are all blocked gives zeros.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p = {},
                  const Tensor* mask = nullptr);
 
@@ -76,6 +80,11 @@ Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor
 Tensor swiglu(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approx = false);
+// Snake activations of the audio VAE (h3_components_spec.md §3.3, §3.4), x [N, C, L], per-channel
+// parameters [C]. snake: x + 1/(alpha + 1e-9) * sin(alpha*x)^2 (DAC, alpha stored raw).
+// snake_beta: x + 1/(exp(log_beta) + 1e-9) * sin(exp(log_alpha)*x)^2 (BigVGAN, log scale).
+Tensor snake(const Tensor& x, const Tensor& alpha);
+Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta);
 
 // ---- elementwise ----------------------------------------------------------------------------------
 
@@ -97,6 +106,17 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1d
 // Transposed 1-D convolution: x [N, Cin, L], w [Cin, Cout, K].
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride,
                         int padding);
+// The general form (the audio VAE's anti-aliased upsampler is depthwise): w [Cin, Cout/groups, K],
+// L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1.
+struct ConvTranspose1dParams {
+  int stride = 1;
+  int padding = 0;
+  int output_padding = 0;
+  int dilation = 1;
+  int groups = 1;
+};
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const ConvTranspose1dParams& p);
 
 enum class PadMode { kZeros, kReflect, kReplicate };
 struct Conv3dParams {
@@ -119,5 +139,18 @@ void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
 Tensor concat(const std::vector<Tensor>& parts, int dim);
 // Contiguous copy of any view (any device).
 Tensor copy(const Tensor& x);
+
+// ---- fused ops --------------------------------------------------------------------------------------
+// Each equals a composition of the ops above (the CPU computes exactly that composition). On CUDA
+// one kernel does the work and rounds once; H3_FUSED=0, or the op's own switch, restores the
+// composition there too (h3_dit_spec.md block structure: norm1/modulate, QK-norm/RoPE).
+
+// modulate(rms_norm(x, weight, eps), scale, shift, idx). x [S, C]. Switch: H3_FUSE_RMSNORM_MODULATE.
+Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale,
+                         const Tensor& shift, const Tensor& idx);
+// rope(rms_norm(x, weight, eps), cos, sin, rotary_dim). x [S, H, D], weight [D]. Switch:
+// H3_FUSE_QKNORM_ROPE.
+Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos,
+                    const Tensor& sin, int rotary_dim);
 
 }  // namespace h3::ops

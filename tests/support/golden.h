@@ -63,6 +63,11 @@ Metrics expect_close(const std::string& name, const Tensor& got, const Tensor& r
 Metrics expect_max_abs(const std::string& name, const Tensor& got, const Tensor& ref, double bound);
 // EXPECTs exact equality of values (any dtypes, compared as float64), printing the first mismatches.
 void expect_equal(const std::string& name, const Tensor& got, const Tensor& ref);
+// Element-wise bit comparison (same dtype and element count; -0 != +0, NaN payloads count):
+// returns how many elements differ and, when `first` is given, appends the first few.
+int64_t count_bit_mismatches(const Tensor& got, const Tensor& ref, std::string* first = nullptr);
+// EXPECTs identical bits (e.g. random draws: "equal bits" in TOLERANCES.md).
+void expect_bits_equal(const std::string& name, const Tensor& got, const Tensor& ref);
 
 }  // namespace h3::test
 

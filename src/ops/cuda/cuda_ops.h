@@ -19,17 +19,22 @@ Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor
 Tensor swiglu(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approx);
+Tensor snake(const Tensor& x, const Tensor& alpha);
+Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride, int padding);
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, const ConvTranspose1dParams& p);
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv3dParams& p);
 Tensor pad3d(const Tensor& x, const int pads[6], PadMode mode);
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
 void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
 Tensor concat(const std::vector<Tensor>& parts, int dim);
 Tensor copy(const Tensor& x);
+Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx);
+Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim);
 
 }  // namespace h3::ops::cuda

@@ -1,6 +1,7 @@
 // Builds without CUDA: every CUDA op refuses clearly (a CUDA tensor cannot exist in such a build,
 // so reaching these means a caller bypassed Tensor's own checks).
 #include "core/status.h"
+#include "ops/cuda/attention_cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 namespace h3::ops::cuda {
@@ -21,17 +22,23 @@ Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor
 Tensor swiglu(const Tensor& x) { no_cuda("swiglu"); }
 Tensor silu(const Tensor& x) { no_cuda("silu"); }
 Tensor gelu(const Tensor& x, bool tanh_approx) { no_cuda("gelu"); }
+Tensor snake(const Tensor& x, const Tensor& alpha) { no_cuda("snake"); }
+Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta) { no_cuda("snake_beta"); }
 Tensor add(const Tensor& a, const Tensor& b) { no_cuda("add"); }
 Tensor mul(const Tensor& a, const Tensor& b) { no_cuda("mul"); }
 Tensor scale(const Tensor& x, float s) { no_cuda("scale"); }
 Tensor cast(const Tensor& x, DType dtype) { no_cuda("cast"); }
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p) { no_cuda("conv1d"); }
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride, int padding) { no_cuda("conv_transpose1d"); }
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, const ConvTranspose1dParams& p) { no_cuda("conv_transpose1d"); }
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv3dParams& p) { no_cuda("conv3d"); }
 Tensor pad3d(const Tensor& x, const int pads[6], PadMode mode) { no_cuda("pad3d"); }
 Tensor gather_rows(const Tensor& x, const Tensor& idx) { no_cuda("gather_rows"); }
 void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src) { no_cuda("scatter_rows"); }
 Tensor concat(const std::vector<Tensor>& parts, int dim) { no_cuda("concat"); }
 Tensor copy(const Tensor& x) { no_cuda("copy"); }
+Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx) { no_cuda("rms_norm_modulate"); }
+Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim) { no_cuda("qk_norm_rope"); }
+AttentionPath attention_path(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) { no_cuda("attention"); }
 
 }  // namespace h3::ops::cuda

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs the staged test binaries on the GPU machine (see device_build.sh) and prints a short
+# summary; full logs go to $OUT (or /tmp/h3-device-out). Steps:
+#   1. unit tests, backend-ops (then the large attention shapes, H3_OPS_LARGE=1), gpu tests;
+#   2. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over the gpu
+#      attention tests (when compute-sanitizer is installed);
+#   3. the attention benchmark (H3_BENCH_ATTENTION=1, H3_BENCH_CHECK=1).
+# H3_DEVICE_STEPS selects steps (default "tests sanitize bench").
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$here/bin
+out=${OUT:-/tmp/h3-device-out}
+mkdir -p "$out"
+steps=${H3_DEVICE_STEPS:-tests sanitize bench}
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$summary"
+
+# run NAME TIMEOUT CMD...: runs, keeps the log, and notes gtest's tally.
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  local tally
+  tally=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]|ERROR SUMMARY|RACECHECK SUMMARY" "$out/$name.log" | tr '\n' ' ')
+  note "$name: rc=$rc ($((SECONDS - start)) s) $tally"
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$out/$name.log" | head -20 | tee -a "$summary"
+}
+
+if [[ " $steps " == *" tests "* ]]; then
+  [ -x "$bin/h3_unit_tests" ] && run unit 300 "$bin/h3_unit_tests"
+  [ -x "$bin/h3_backend_ops" ] && run ops 300 "$bin/h3_backend_ops"
+  # Large shapes: only the attention ones (the CPU side of other large cases is slow without BLAS).
+  [ -x "$bin/h3_backend_ops" ] && H3_OPS_LARGE=1 run ops_large 300 "$bin/h3_backend_ops" \
+    --gtest_filter='*attention_dit_slice*:*attention_qwen*:*attention_vae*'
+  grep -E "^\[cuda\]" "$out/ops_large.log" 2>/dev/null >>"$out/ops.log"
+  [ -x "$bin/h3_gpu_tests" ] && run gpu 300 "$bin/h3_gpu_tests"
+  # The measured CUDA figures, for the record.
+  grep -E "^\[cuda\]" "$out/ops.log" 2>/dev/null | grep -E "attention|rms_norm_modulate|qk_norm_rope|epilogue" \
+    | head -40 >>"$summary"
+  grep -E "rel_l2" "$out/gpu.log" 2>/dev/null | head -20 >>"$summary"
+fi
+
+if [[ " $steps " == *" sanitize "* ]]; then
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    san=$(command -v compute-sanitizer)
+    run memcheck 400 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_backend_ops" --gtest_filter='*Cuda*'
+    run racecheck 300 "$san" --tool racecheck --error-exitcode 9 "$bin/h3_gpu_tests" \
+      --gtest_filter='CudaAttention.*:CudaFusion.*'
+  else
+    note "compute-sanitizer: not installed here"
+  fi
+fi
+
+if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
+  H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=1 run bench 400 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
+  grep -E "^shape|^dit|^qwen|^vae|^vision|^audio" "$out/bench.log" | tee -a "$summary"
+fi
+echo "logs in $out"

@@ -1,0 +1,348 @@
+#include "models/h3_dit/dit_model.h"
+
+#include <filesystem>
+
+#include "core/status.h"
+#include "models/h3_dit/dit_tables.h"
+#include "ops/ops.h"
+
+namespace h3::dit {
+namespace {
+
+// Drops a leading batch dimension of 1 (H3 always runs batch 1, §2.1).
+Tensor drop_batch(const Tensor& t, int rank, const char* what) {
+  H3_CHECK(t.defined(), ErrorCode::kInvalidArgument, "DiT input '", what, "' is missing");
+  if (t.dim() == rank + 1) {
+    H3_CHECK(t.size(0) == 1, ErrorCode::kUnsupported, "DiT input '", what, "' ", t.desc(),
+             ": only batch 1 is supported");
+    return t.select(0, 0);
+  }
+  H3_CHECK(t.dim() == rank, ErrorCode::kInvalidArgument, "DiT input '", what, "' ", t.desc(),
+           ": expected ", rank, " dimensions (or ", rank + 1, " with a batch of 1)");
+  return t;
+}
+
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
+bool is_integer(DType t) { return t == DType::kI64 || t == DType::kI32; }
+
+std::vector<int64_t> host_indices(const Tensor& t, const char* what) {
+  H3_CHECK(is_integer(t.dtype()), ErrorCode::kInvalidArgument, "DiT input '", what, "' ", t.desc(),
+           ": expected an integer tensor");
+  return on_host(t).to_i64_vector();
+}
+
+Tensor chunk(const Tensor& m, int64_t k, int64_t width) {
+  return ops::copy(m.slice(1, k * width, (k + 1) * width));
+}
+
+}  // namespace
+
+const char* precision_name(DitPrecision p) { return p == DitPrecision::kF32 ? "f32" : "bf16"; }
+
+DitPrecision parse_precision(const std::string& text) {
+  if (text == "f32" || text == "fp32" || text == "float32") return DitPrecision::kF32;
+  if (text == "bf16" || text == "bfloat16") return DitPrecision::kBF16;
+  fail(ErrorCode::kInvalidArgument, "DiT precision '", text, "': expected f32 or bf16");
+}
+
+DitModel DitModel::load(const std::string& component_dir, const DitOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  H3_CHECK(fs::is_directory(component_dir, ec), ErrorCode::kNotFound, component_dir,
+           ": transformer component folder not found");
+  const DitConfig config = DitConfig::load(component_dir);
+  const io::Checkpoint ckpt = io::Checkpoint::open(component_dir);
+  return from_checkpoint(config, ckpt, options);
+}
+
+DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint& ckpt,
+                                   const DitOptions& options) {
+  config.validate(ckpt.source());
+  DitModel m;
+  m.config_ = config;
+  m.options_ = options;
+  m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
+  m.weights_ = load_dit_weights(config, ckpt, {options.device, m.act_});
+  m.ones_ = Tensor::from_f32(std::vector<float>(static_cast<size_t>(config.hidden_size), 1.0f),
+                             {config.hidden_size}, m.act_)
+                .to(options.device);
+  return m;
+}
+
+// ---- building blocks ----------------------------------------------------------------------------
+
+// Rotate-half RoPE on the first 6F channels of each head (§2.8).
+Tensor DitModel::apply_rope(const Tensor& x, const DitLayout& layout) const {
+  const int64_t r = config_.rotary_dim();
+  if (!eager_bf16()) return ops::rope(x, layout.rope_cos, layout.rope_sin, static_cast<int>(r));
+  // Eager reference: x*cos and rotate_half(x)*sin are each rounded to bf16, then their sum (§2.8).
+  // Heads go first so that the [S, r/2] tables broadcast over the leading (head) dimension.
+  const int64_t half = r / 2;
+  const int64_t hd = config_.attention_head_dim;
+  const Tensor xh = x.permute({1, 0, 2});  // [H, S, hd] view
+  const Tensor x1 = ops::copy(xh.slice(2, 0, half));
+  const Tensor x2 = ops::copy(xh.slice(2, half, r));
+  const Tensor cos1 = ops::copy(layout.rope_cos.slice(1, 0, half));
+  const Tensor cos2 = ops::copy(layout.rope_cos.slice(1, half, r));
+  const Tensor sin1 = ops::copy(layout.rope_sin.slice(1, 0, half));
+  const Tensor sin2 = ops::copy(layout.rope_sin.slice(1, half, r));
+  const Tensor o1 = ops::add(ops::mul(x1, cos1), ops::mul(ops::scale(x2, -1.0f), sin1));
+  const Tensor o2 = ops::add(ops::mul(x2, cos2), ops::mul(x1, sin2));
+  std::vector<Tensor> parts = {o1, o2};
+  if (r < hd) parts.push_back(ops::copy(xh.slice(2, r, hd)));
+  return ops::copy(ops::concat(parts, 2).permute({1, 0, 2}));
+}
+
+// q/k/v projections, per-head RMSNorm, optional RoPE, full attention, output projection (§2.10).
+Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
+                                 const DitLayout* rope) const {
+  const int64_t s = a.size(0);
+  const int64_t heads = config_.num_attention_heads;
+  const int64_t hd = config_.attention_head_dim;
+  const float eps = static_cast<float>(config_.qk_norm_eps);
+  Tensor q = ops::rms_norm(ops::linear(a, w.to_q).view({s, heads, hd}), &w.norm_q, eps);
+  Tensor k = ops::rms_norm(ops::linear(a, w.to_k).view({s, heads, hd}), &w.norm_k, eps);
+  const Tensor v = ops::linear(a, w.to_v).view({s, heads, hd});
+  if (rope) {
+    q = apply_rope(q, *rope);
+    k = apply_rope(k, *rope);
+  }
+  ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
+  const Tensor o = ops::attention(q, k, v, p);
+  return ops::linear(o.reshape({s, heads * hd}), w.to_out);
+}
+
+// SwiGLU with the fused projection split [value | gate] (§2.11).
+Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const {
+  const Tensor u = ops::linear(b, w.fc_in);
+  Tensor h;
+  if (eager_bf16()) {
+    // h = bf16(value * bf16(silu(gate))): two roundings.
+    const int64_t f = config_.ffn_dim;
+    h = ops::mul(ops::copy(u.slice(1, 0, f)), ops::silu(ops::copy(u.slice(1, f, 2 * f))));
+  } else {
+    h = ops::swiglu(u);
+  }
+  return ops::linear(h, w.fc_out);
+}
+
+// x * (1 + scale[idx]) + shift[idx] (§2.9 step 2).
+Tensor DitModel::modulate_rows(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                               const Tensor& idx) const {
+  if (!eager_bf16()) return ops::modulate(x, scale, shift, idx);
+  // bf16(bf16(x * bf16(1 + scale)) + shift): three roundings in this order.
+  const Tensor one_plus = ops::add(scale, ones_);
+  return ops::add(ops::mul(x, ops::gather_rows(one_plus, idx)), ops::gather_rows(shift, idx));
+}
+
+// residual + gate[idx] * branch (§2.9 steps 4 and 7).
+Tensor DitModel::gated_add(const Tensor& residual, const Tensor& branch, const Tensor& gate,
+                           const Tensor& idx) const {
+  if (!eager_bf16()) return ops::gated_residual(residual, branch, gate, idx);
+  // bf16(residual + bf16(gate * branch)).
+  return ops::add(residual, ops::mul(branch, ops::gather_rows(gate, idx)));
+}
+
+// ---- text ----------------------------------------------------------------------------------------
+
+DitTextContext DitModel::encode_text(const Tensor& encoder_hidden_states, DitTrace* trace) const {
+  const Tensor ehs = drop_batch(encoder_hidden_states, 2, "encoder_hidden_states");
+  H3_CHECK(dtype_is_float(ehs.dtype()) && ehs.size(1) == config_.text_dim && ehs.size(0) > 0,
+           ErrorCode::kInvalidArgument, "DiT input 'encoder_hidden_states' ", ehs.desc(),
+           ": expected [L, ", config_.text_dim, "] float with L >= 1");
+  const float eps = static_cast<float>(config_.norm_eps);
+  // §2.3: the text enters in the model dtype (bf16 in the released policy).
+  const Tensor x_in = ops::cast(ops::copy(ehs.to(options_.device)), act_);
+  Tensor x = ops::linear(x_in, weights_.context_w, &weights_.context_b);
+  if (trace) trace->context_embedder_out = x;
+  // §2.4: plain pre-norm blocks, no RoPE, no AdaLN, text-only attention.
+  for (const DitRefinerBlockWeights& b : weights_.refiner) {
+    x = ops::add(x, attention_layer(ops::rms_norm(x, &b.norm1, eps), b.attn, nullptr));
+    x = ops::add(x, feed_forward(ops::rms_norm(x, &b.norm2, eps), b.ff));
+  }
+  DitTextContext ctx;
+  ctx.embeds = ops::rms_norm(x, &weights_.refiner_final_norm,
+                             static_cast<float>(config_.final_norm_eps));
+  if (trace) trace->token_refiner_out = ctx.embeds;
+  return ctx;
+}
+
+// ---- layout --------------------------------------------------------------------------------------
+
+DitLayout DitModel::make_layout(const Tensor& position_ids_in, const Tensor& token_tags_in,
+                                const Tensor& video_indices_in, const Tensor& audio_indices_in,
+                                const Tensor& text_indices_in) const {
+  const Tensor pos = drop_batch(position_ids_in, 2, "position_ids");
+  H3_CHECK(dtype_is_float(pos.dtype()) && pos.size(1) == 3 && pos.size(0) > 0,
+           ErrorCode::kInvalidArgument, "DiT input 'position_ids' ", pos.desc(),
+           ": expected [S, 3] float (t, h, w) with S >= 1");
+  const int64_t s = pos.size(0);
+  DitLayout layout;
+  layout.seq_len = s;
+
+  layout.token_tags = host_indices(drop_batch(token_tags_in, 1, "token_tags"), "token_tags");
+  H3_CHECK(static_cast<int64_t>(layout.token_tags.size()) == s, ErrorCode::kInvalidArgument,
+           "DiT input 'token_tags' has ", layout.token_tags.size(), " entries, position_ids has ",
+           s, " rows");
+  for (size_t i = 0; i < layout.token_tags.size(); ++i) {
+    H3_CHECK(layout.token_tags[i] >= 0 && layout.token_tags[i] <= 2, ErrorCode::kInvalidArgument,
+             "DiT input 'token_tags'[", i, "] = ", layout.token_tags[i],
+             ": expected 0 (video), 1 (text) or 2 (audio)");
+  }
+
+  // The three index sets must partition [0, S): every packed row is written exactly once (§2.1).
+  std::vector<uint8_t> seen(static_cast<size_t>(s), 0);
+  auto take = [&](const Tensor& t, const char* what) {
+    const Tensor t1 = drop_batch(t, 1, what);
+    const std::vector<int64_t> v = host_indices(t1, what);
+    for (size_t i = 0; i < v.size(); ++i) {
+      H3_CHECK(v[i] >= 0 && v[i] < s, ErrorCode::kInvalidArgument, "DiT input '", what, "'[", i,
+               "] = ", v[i], " is outside the packed sequence [0, ", s, ")");
+      H3_CHECK(!seen[static_cast<size_t>(v[i])], ErrorCode::kInvalidArgument, "DiT input '", what,
+               "'[", i, "] = ", v[i], ": packed row already claimed by another index entry");
+      seen[static_cast<size_t>(v[i])] = 1;
+    }
+    return Tensor::from_i64(v, {static_cast<int64_t>(v.size())}).to(options_.device);
+  };
+  layout.video_indices = take(video_indices_in, "video_indices");
+  layout.audio_indices = take(audio_indices_in, "audio_indices");
+  layout.text_indices = take(text_indices_in, "text_indices");
+  for (int64_t r = 0; r < s; ++r) {
+    H3_CHECK(seen[static_cast<size_t>(r)], ErrorCode::kInvalidArgument, "DiT packed row ", r,
+             " is in none of text_indices, video_indices, audio_indices (they must partition [0, ",
+             s, "))");
+  }
+
+  const RopeTables tables =
+      rope_tables(on_host(pos).to_f64_vector(), config_.rope_freq_dim, config_.rope_theta);
+  // §2.8: cos/sin are cast once per layout to the activation dtype.
+  layout.rope_cos = tables.cos.to(act_).to(options_.device);
+  layout.rope_sin = tables.sin.to(act_).to(options_.device);
+  return layout;
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout,
+                             const Tensor& video_rows_in, const Tensor& audio_rows_in,
+                             const Tensor& timesteps_in, const Tensor& timestep_indices_in,
+                             DitTrace* trace) const {
+  const DitConfig& c = config_;
+  const int64_t s = layout.seq_len;
+  const int64_t d = c.hidden_size;
+  const Device dev = options_.device;
+  H3_CHECK(text.embeds.defined() && text.embeds.dim() == 2 && text.embeds.size(1) == d &&
+               text.embeds.size(0) == layout.num_text_rows(),
+           ErrorCode::kInvalidArgument, "DiT text context ",
+           text.embeds.defined() ? text.embeds.desc() : std::string("(none)"), ": expected [",
+           layout.num_text_rows(), ", ", d, "] (one row per text index)");
+
+  const Tensor video_rows = drop_batch(video_rows_in, 2, "hidden_states");
+  const Tensor audio_rows = drop_batch(audio_rows_in, 2, "audio_hidden_states");
+  H3_CHECK(dtype_is_float(video_rows.dtype()) && video_rows.size(0) == layout.num_video_rows() &&
+               video_rows.size(1) == c.video_patch_dim(),
+           ErrorCode::kInvalidArgument, "DiT input 'hidden_states' ", video_rows.desc(),
+           ": expected [", layout.num_video_rows(), ", ", c.video_patch_dim(), "] float");
+  H3_CHECK(dtype_is_float(audio_rows.dtype()) && audio_rows.size(0) == layout.num_audio_rows() &&
+               audio_rows.size(1) == c.audio_in_channels,
+           ErrorCode::kInvalidArgument, "DiT input 'audio_hidden_states' ", audio_rows.desc(),
+           ": expected [", layout.num_audio_rows(), ", ", c.audio_in_channels, "] float");
+
+  // Timesteps: distinct float32 values and the per-row index into them (§2.1, §3.3).
+  const Tensor ts = on_host(drop_batch(timesteps_in, 1, "timestep"));
+  H3_CHECK(dtype_is_float(ts.dtype()) && ts.numel() >= 1, ErrorCode::kInvalidArgument,
+           "DiT input 'timestep' ", ts.desc(), ": expected [N_u] float with N_u >= 1");
+  const std::vector<float> t_values = ts.to_f32_vector();
+  const int64_t n_u = static_cast<int64_t>(t_values.size());
+  const std::vector<int64_t> ti =
+      host_indices(drop_batch(timestep_indices_in, 1, "timestep_indices"), "timestep_indices");
+  H3_CHECK(static_cast<int64_t>(ti.size()) == s, ErrorCode::kInvalidArgument,
+           "DiT input 'timestep_indices' has ", ti.size(), " entries, the layout has ", s, " rows");
+  std::vector<int64_t> adaln_idx(static_cast<size_t>(s));
+  for (int64_t r = 0; r < s; ++r) {
+    const int64_t u = ti[static_cast<size_t>(r)];
+    H3_CHECK(u >= 0 && u < n_u, ErrorCode::kInvalidArgument, "DiT input 'timestep_indices'[", r,
+             "] = ", u, ": expected an index into the ", n_u, " timesteps");
+    adaln_idx[static_cast<size_t>(r)] = u * 3 + layout.token_tags[static_cast<size_t>(r)];  // §2.7
+  }
+  const Tensor adaln_rows = Tensor::from_i64(adaln_idx, {s}).to(dev);
+  const Tensor t_rows = Tensor::from_i64(ti, {s}).to(dev);
+
+  // §2.6: sinusoid of unscaled t, float32 MLP.
+  const Tensor sinus = timestep_sinusoid(t_values, c.freq_dim).to(dev);
+  const Tensor temb = ops::linear(
+      ops::silu(ops::linear(sinus, weights_.time_1_w, &weights_.time_1_b)), weights_.time_2_w,
+      &weights_.time_2_b);
+  if (trace) trace->temb = temb;
+  // §2.7 / §8 item 4: SiLU on the float32 temb, then one cast to the model dtype.
+  const Tensor temb_act = ops::cast(ops::silu(temb), act_);
+
+  // §2.3, §2.5: float32 input projections, rounded into the packed buffer.
+  Tensor x = Tensor::empty({s, d}, act_, dev);
+  ops::scatter_rows(x, layout.text_indices, text.embeds);
+  if (layout.num_video_rows() > 0) {
+    const Tensor v32 = ops::cast(ops::copy(video_rows.to(dev)), DType::kF32);
+    ops::scatter_rows(x, layout.video_indices,
+                      ops::cast(ops::linear(v32, weights_.proj_in_w, &weights_.proj_in_b), act_));
+  }
+  if (layout.num_audio_rows() > 0) {
+    const Tensor a32 = ops::cast(ops::copy(audio_rows.to(dev)), DType::kF32);
+    ops::scatter_rows(
+        x, layout.audio_indices,
+        ops::cast(ops::linear(a32, weights_.audio_proj_in_w, &weights_.audio_proj_in_b), act_));
+  }
+  if (trace) {
+    trace->rope_cos = layout.rope_cos;
+    trace->rope_sin = layout.rope_sin;
+    trace->block_out.clear();
+  }
+
+  const float eps = static_cast<float>(c.norm_eps);
+  for (const DitBlockWeights& b : weights_.blocks) {
+    // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
+    const Tensor m = ops::linear(temb_act, b.adaln_w, &b.adaln_b).view({n_u * 3, 6 * d});
+    const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
+    const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
+    // §2.9.
+    const Tensor a = modulate_rows(ops::rms_norm(x, &b.norm1, eps), scale_msa, shift_msa, adaln_rows);
+    x = gated_add(x, attention_layer(a, b.attn, &layout), gate_msa, adaln_rows);
+    const Tensor h = modulate_rows(ops::rms_norm(x, &b.norm2, eps), scale_mlp, shift_mlp, adaln_rows);
+    x = gated_add(x, feed_forward(h, b.ff), gate_mlp, adaln_rows);
+    if (trace) trace->block_out.push_back(x);
+  }
+
+  // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the
+  // selected rows only (row by row the same as heads over all rows, then selection).
+  const Tensor mo = ops::linear(temb_act, weights_.norm_out_w, &weights_.norm_out_b);
+  const Tensor shift_o = chunk(mo, 0, d), scale_o = chunk(mo, 1, d);
+  const Tensor y = modulate_rows(
+      ops::rms_norm(x, &weights_.norm_out_norm, static_cast<float>(c.final_norm_eps)), scale_o,
+      shift_o, t_rows);
+  if (trace) trace->norm_out_out = y;
+
+  DitOutputs out;
+  if (layout.num_video_rows() > 0) {
+    const Tensor yv = ops::cast(ops::gather_rows(y, layout.video_indices), DType::kF32);
+    out.video = ops::linear(yv, weights_.proj_out_w, &weights_.proj_out_b);
+  } else {
+    out.video = Tensor::empty({0, c.video_patch_dim()}, DType::kF32, dev);
+  }
+  if (layout.num_audio_rows() > 0) {
+    const Tensor ya = ops::cast(ops::gather_rows(y, layout.audio_indices), DType::kF32);
+    out.audio = ops::linear(ya, weights_.audio_proj_out_w, &weights_.audio_proj_out_b);
+  } else {
+    out.audio = Tensor::empty({0, c.audio_in_channels}, DType::kF32, dev);
+  }
+  return out;
+}
+
+DitOutputs DitModel::forward(const DitInputs& in, DitTrace* trace) const {
+  const DitTextContext text = encode_text(in.encoder_hidden_states, trace);
+  const DitLayout layout = make_layout(in.position_ids, in.token_tags, in.video_indices,
+                                       in.audio_indices, in.text_indices);
+  return forward(text, layout, in.hidden_states, in.audio_hidden_states, in.timestep,
+                 in.timestep_indices, trace);
+}
+
+}  // namespace h3::dit

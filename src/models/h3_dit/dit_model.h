@@ -1,0 +1,143 @@
+// The MiniMax-H3 diffusion transformer (h3_dit_spec.md §2): one packed sequence of text, video and
+// audio rows through the token refiner, `num_layers` AdaLN blocks and two float32 heads.
+//
+// The model is a composition of ops/ops.h over weights that live on one device; activations are
+// computed on the device of the weights, so the same code is the CPU oracle and the CUDA engine.
+//
+// Precision policies (§1.7, §2.13):
+//   kF32   every weight widened exactly to float32, activations float32 (the golden data's own
+//          precision; parity bound 1e-5).
+//   kBF16  the released policy: fp32 islands (input projections, time MLP, output heads) in
+//          float32, everything else bf16 weights and bf16 activations. With DitRounding::kEager the
+//          activations are rounded exactly where the eager reference rounds (each multiply and add
+//          of the modulation, the gated residuals, RoPE and SwiGLU, §2.9-2.11): on the CPU this is
+//          the bf16 emulation that measures the floor for GPU results. kFused uses the single-rounding
+//          ops (modulate, gated_residual, rope, swiglu) instead, as the reference's optional fusions
+//          do (§6): faster, and within tolerance of the eager path.
+//
+// Usage per generation: load once; encode_text() once per prompt (the refiner does not depend on t,
+// §2.4); make_layout() once per packed layout (positions and row indices do not change across
+// steps); forward() once per denoising step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "models/h3_dit/dit_config.h"
+#include "models/h3_dit/dit_weights.h"
+
+namespace h3::dit {
+
+enum class DitPrecision { kF32, kBF16 };
+enum class DitRounding { kEager, kFused };
+
+const char* precision_name(DitPrecision p);  // "f32", "bf16"
+// Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; throws kInvalidArgument otherwise.
+DitPrecision parse_precision(const std::string& text);
+
+struct DitOptions {
+  Device device = Device::cpu();
+  DitPrecision precision = DitPrecision::kF32;
+  DitRounding rounding = DitRounding::kEager;
+};
+
+// The refined text rows of one prompt, on the model's device in the activation dtype.
+struct DitTextContext {
+  Tensor embeds;  // [L, hidden]
+};
+
+// Per-layout state (fixed for a whole generation): RoPE tables and row indices on the device.
+struct DitLayout {
+  int64_t seq_len = 0;
+  Tensor rope_cos, rope_sin;  // [S, 6F] in the activation dtype (bf16 cast once per layout, §2.8)
+  Tensor video_indices, audio_indices, text_indices;  // i64 on the device
+  std::vector<int64_t> token_tags;                    // host copy, 0 video / 1 text / 2 audio
+  int64_t num_video_rows() const { return video_indices.defined() ? video_indices.numel() : 0; }
+  int64_t num_audio_rows() const { return audio_indices.defined() ? audio_indices.numel() : 0; }
+  int64_t num_text_rows() const { return text_indices.defined() ? text_indices.numel() : 0; }
+};
+
+struct DitOutputs {
+  Tensor video;  // float32 [N_vrows, patch_dim], rows in video_indices order (condition rows too)
+  Tensor audio;  // float32 [N_arows, audio_in_channels], rows in audio_indices order
+};
+
+// Optional intermediates for parity tests (the names of the golden `inter.*` tensors). Filled with
+// device tensors in the activation dtype (temb in float32).
+struct DitTrace {
+  Tensor context_embedder_out;  // [L, hidden]
+  Tensor token_refiner_out;     // [L, hidden]
+  Tensor temb;                  // [N_u, time_embed_dim] float32
+  Tensor rope_cos, rope_sin;    // [S, 6F]
+  std::vector<Tensor> block_out;  // [S, hidden] per block
+  Tensor norm_out_out;          // [S, hidden]
+};
+
+// Everything of one forward in the reference's argument form (§2.1). A leading batch dimension of 1
+// is accepted on each tensor.
+struct DitInputs {
+  Tensor hidden_states;          // [N_vrows, patch_dim] float
+  Tensor audio_hidden_states;    // [N_arows, audio_in_channels] float
+  Tensor encoder_hidden_states;  // [L, text_dim] float
+  Tensor timestep;               // [N_u] float32, sorted distinct clean-time values
+  Tensor timestep_indices;       // [S] integer
+  Tensor token_tags;             // [S] integer
+  Tensor position_ids;           // [S, 3] float64 (or float32)
+  Tensor video_indices, audio_indices, text_indices;  // integer
+};
+
+class DitModel {
+ public:
+  // Loads `component_dir` (config.json plus a single or sharded safetensors checkpoint).
+  static DitModel load(const std::string& component_dir, const DitOptions& options);
+  static DitModel from_checkpoint(const DitConfig& config, const io::Checkpoint& ckpt,
+                                  const DitOptions& options);
+
+  const DitConfig& config() const { return config_; }
+  const DitOptions& options() const { return options_; }
+  DType activation_dtype() const { return act_; }
+  const DitWeights& weights() const { return weights_; }
+
+  // context_embedder + token refiner + final norm (§2.3-2.4). `encoder_hidden_states` is
+  // [L, text_dim] (any float dtype, any device).
+  DitTextContext encode_text(const Tensor& encoder_hidden_states, DitTrace* trace = nullptr) const;
+
+  // Validates the packed layout (the three index sets partition [0, S), tags in {0, 1, 2}) and
+  // builds the RoPE tables. Index and position tensors may be on any device.
+  DitLayout make_layout(const Tensor& position_ids, const Tensor& token_tags,
+                        const Tensor& video_indices, const Tensor& audio_indices,
+                        const Tensor& text_indices) const;
+
+  // One forward (§2.3-2.12). video_rows [N_vrows, patch_dim], audio_rows [N_arows, audio_in]
+  // (float, any device); timesteps [N_u] float32; timestep_indices [S] integer in [0, N_u).
+  DitOutputs forward(const DitTextContext& text, const DitLayout& layout, const Tensor& video_rows,
+                     const Tensor& audio_rows, const Tensor& timesteps,
+                     const Tensor& timestep_indices, DitTrace* trace = nullptr) const;
+
+  // encode_text + make_layout + forward in one call.
+  DitOutputs forward(const DitInputs& in, DitTrace* trace = nullptr) const;
+
+ private:
+  DitModel() = default;
+  Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope) const;
+  Tensor feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const;
+  Tensor apply_rope(const Tensor& x, const DitLayout& layout) const;
+  Tensor modulate_rows(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                       const Tensor& idx) const;
+  Tensor gated_add(const Tensor& residual, const Tensor& branch, const Tensor& gate,
+                   const Tensor& idx) const;
+  bool eager_bf16() const {
+    return options_.precision == DitPrecision::kBF16 && options_.rounding == DitRounding::kEager;
+  }
+
+  DitConfig config_;
+  DitOptions options_;
+  DType act_ = DType::kF32;
+  DitWeights weights_;
+  Tensor ones_;  // [hidden] of 1 in the activation dtype: the "1 +" of the eager modulation
+};
+
+}  // namespace h3::dit

@@ -1,0 +1,170 @@
+#include "models/h3_dit/dit_weights.h"
+
+#include <map>
+#include <set>
+
+#include "core/status.h"
+
+namespace h3::dit {
+namespace {
+
+std::string block_prefix(int64_t i) { return "transformer_blocks." + std::to_string(i) + "."; }
+std::string refiner_prefix(int64_t j) {
+  return "token_refiner.refiner_blocks." + std::to_string(j) + ".";
+}
+
+void add_attention_specs(std::vector<DitTensorSpec>& out, const std::string& p, const DitConfig& c) {
+  const int64_t h = c.hidden_size, inner = c.inner_dim(), hd = c.attention_head_dim;
+  out.push_back({p + "attn.to_q.weight", {inner, h}});
+  out.push_back({p + "attn.to_k.weight", {inner, h}});
+  out.push_back({p + "attn.to_v.weight", {inner, h}});
+  out.push_back({p + "attn.norm_q.weight", {hd}});
+  out.push_back({p + "attn.norm_k.weight", {hd}});
+  out.push_back({p + "attn.to_out.0.weight", {h, inner}});
+}
+
+void add_block_common_specs(std::vector<DitTensorSpec>& out, const std::string& p,
+                            const DitConfig& c) {
+  const int64_t h = c.hidden_size;
+  out.push_back({p + "norm1.weight", {h}});
+  add_attention_specs(out, p, c);
+  out.push_back({p + "norm2.weight", {h}});
+  out.push_back({p + "ff.net.0.proj.weight", {2 * c.ffn_dim, h}});
+  out.push_back({p + "ff.net.2.weight", {h, c.ffn_dim}});
+}
+
+}  // namespace
+
+std::vector<DitTensorSpec> dit_tensor_specs(const DitConfig& c) {
+  const int64_t h = c.hidden_size;
+  std::vector<DitTensorSpec> s;
+  s.push_back({"proj_in.weight", {h, c.video_patch_dim()}, true});
+  s.push_back({"proj_in.bias", {h}, true});
+  s.push_back({"audio_proj_in.weight", {h, c.audio_in_channels}, true});
+  s.push_back({"audio_proj_in.bias", {h}, true});
+  s.push_back({"context_embedder.weight", {h, c.text_dim}});
+  s.push_back({"context_embedder.bias", {h}});
+  s.push_back({"time_embedder.linear_1.weight", {c.time_embed_hidden_dim, c.freq_dim}, true});
+  s.push_back({"time_embedder.linear_1.bias", {c.time_embed_hidden_dim}, true});
+  s.push_back({"time_embedder.linear_2.weight", {c.time_embed_dim, c.time_embed_hidden_dim}, true});
+  s.push_back({"time_embedder.linear_2.bias", {c.time_embed_dim}, true});
+  for (int64_t j = 0; j < c.num_refiner_layers; ++j) add_block_common_specs(s, refiner_prefix(j), c);
+  s.push_back({"token_refiner.final_norm.weight", {h}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    add_block_common_specs(s, block_prefix(i), c);
+    s.push_back({block_prefix(i) + "adaln_proj.linear.weight", {c.adaln_width(), c.time_embed_dim}});
+    s.push_back({block_prefix(i) + "adaln_proj.linear.bias", {c.adaln_width()}});
+  }
+  s.push_back({"norm_out.norm.weight", {h}});
+  s.push_back({"norm_out.linear.weight", {2 * h, c.time_embed_dim}});
+  s.push_back({"norm_out.linear.bias", {2 * h}});
+  s.push_back({"proj_out.weight", {c.video_patch_dim(), h}, true});
+  s.push_back({"proj_out.bias", {c.video_patch_dim()}, true});
+  s.push_back({"audio_proj_out.weight", {c.audio_in_channels, h}, true});
+  s.push_back({"audio_proj_out.bias", {c.audio_in_channels}, true});
+  return s;
+}
+
+DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
+                            const DitWeightPolicy& policy) {
+  H3_CHECK(dtype_is_float(policy.body_dtype), ErrorCode::kInvalidArgument,
+           "DiT weight policy: body dtype must be a float type, got ", dtype_name(policy.body_dtype));
+  const std::vector<DitTensorSpec> specs = dit_tensor_specs(config);
+  const std::string& src = ckpt.source();
+
+  // Names the model does not know are an error: silently ignoring a tensor would run a different
+  // model than the checkpoint describes.
+  std::set<std::string> known;
+  for (const DitTensorSpec& s : specs) known.insert(s.name);
+  std::vector<std::string> unknown;
+  for (const std::string& name : ckpt.names()) {
+    if (known.count(name)) continue;
+    H3_CHECK(name.find("to_gate_compress") == std::string::npos, ErrorCode::kUnsupported, src,
+             ": tensor '", name,
+             "' is a VSA compression gate (FastH3 checkpoint); this engine runs dense attention "
+             "only and would ignore it");
+    H3_CHECK(name.find("adaln_basis") == std::string::npos, ErrorCode::kUnsupported, src,
+             ": tensor '", name, "' belongs to a rank-reduced AdaLN export, which is not supported");
+    unknown.push_back(name);
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + unknown[i];
+    if (unknown.size() > 5) list += str_cat(", ... (", unknown.size(), " in all)");
+    fail(ErrorCode::kInvalidFile, src, ": tensors not part of a MiniMax-H3 transformer with ",
+         config.num_layers, " blocks and ", config.num_refiner_layers, " refiner blocks: ", list);
+  }
+
+  std::map<std::string, Tensor> loaded;
+  for (const DitTensorSpec& s : specs) {
+    H3_CHECK(ckpt.has(s.name), ErrorCode::kNotFound, src, ": missing tensor '", s.name,
+             "' (expected shape ", shape_str(s.shape), ")");
+    const io::TensorInfo& info = ckpt.info(s.name);
+    H3_CHECK(info.shape == s.shape, ErrorCode::kInvalidFile, src, ": tensor '", s.name,
+             "' has shape ", shape_str(info.shape), ", the config implies ", shape_str(s.shape));
+    H3_CHECK(dtype_is_float(info.dtype), ErrorCode::kInvalidFile, src, ": tensor '", s.name,
+             "' has dtype ", dtype_name(info.dtype), ", expected a float type");
+    const DType want = s.fp32_island ? DType::kF32 : policy.body_dtype;
+    Tensor t = ckpt.tensor(s.name);
+    if (t.dtype() != want) t = t.to(want);  // widening is exact; narrowing rounds to nearest even
+    if (policy.device != Device::cpu()) t = t.to(policy.device);
+    loaded.emplace(s.name, std::move(t));
+  }
+  auto take = [&](const std::string& name) { return loaded.at(name); };
+  auto attention = [&](const std::string& p) {
+    DitAttentionWeights a;
+    a.to_q = take(p + "attn.to_q.weight");
+    a.to_k = take(p + "attn.to_k.weight");
+    a.to_v = take(p + "attn.to_v.weight");
+    a.norm_q = take(p + "attn.norm_q.weight");
+    a.norm_k = take(p + "attn.norm_k.weight");
+    a.to_out = take(p + "attn.to_out.0.weight");
+    return a;
+  };
+  auto feed_forward = [&](const std::string& p) {
+    return DitFeedForwardWeights{take(p + "ff.net.0.proj.weight"), take(p + "ff.net.2.weight")};
+  };
+
+  DitWeights w;
+  w.proj_in_w = take("proj_in.weight");
+  w.proj_in_b = take("proj_in.bias");
+  w.audio_proj_in_w = take("audio_proj_in.weight");
+  w.audio_proj_in_b = take("audio_proj_in.bias");
+  w.context_w = take("context_embedder.weight");
+  w.context_b = take("context_embedder.bias");
+  w.time_1_w = take("time_embedder.linear_1.weight");
+  w.time_1_b = take("time_embedder.linear_1.bias");
+  w.time_2_w = take("time_embedder.linear_2.weight");
+  w.time_2_b = take("time_embedder.linear_2.bias");
+  for (int64_t j = 0; j < config.num_refiner_layers; ++j) {
+    const std::string p = refiner_prefix(j);
+    DitRefinerBlockWeights b;
+    b.norm1 = take(p + "norm1.weight");
+    b.norm2 = take(p + "norm2.weight");
+    b.attn = attention(p);
+    b.ff = feed_forward(p);
+    w.refiner.push_back(std::move(b));
+  }
+  w.refiner_final_norm = take("token_refiner.final_norm.weight");
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string p = block_prefix(i);
+    DitBlockWeights b;
+    b.norm1 = take(p + "norm1.weight");
+    b.norm2 = take(p + "norm2.weight");
+    b.attn = attention(p);
+    b.ff = feed_forward(p);
+    b.adaln_w = take(p + "adaln_proj.linear.weight");
+    b.adaln_b = take(p + "adaln_proj.linear.bias");
+    w.blocks.push_back(std::move(b));
+  }
+  w.norm_out_norm = take("norm_out.norm.weight");
+  w.norm_out_w = take("norm_out.linear.weight");
+  w.norm_out_b = take("norm_out.linear.bias");
+  w.proj_out_w = take("proj_out.weight");
+  w.proj_out_b = take("proj_out.bias");
+  w.audio_proj_out_w = take("audio_proj_out.weight");
+  w.audio_proj_out_b = take("audio_proj_out.bias");
+  return w;
+}
+
+}  // namespace h3::dit

@@ -1,0 +1,80 @@
+// Weights of the MiniMax-H3 DiT, keyed by the released (diffusers) tensor names
+// (h3_dit_spec.md §1.3), checked against the config and placed in the dtype and on the device
+// that the precision policy asks for.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "models/h3_dit/dit_config.h"
+
+namespace h3::dit {
+
+struct DitAttentionWeights {
+  Tensor to_q, to_k, to_v;  // [inner, hidden]
+  Tensor norm_q, norm_k;    // [head_dim]
+  Tensor to_out;            // [hidden, inner]
+};
+
+struct DitFeedForwardWeights {
+  Tensor fc_in;   // ff.net.0.proj [2*ffn, hidden], rows [value | gate] (§1.3)
+  Tensor fc_out;  // ff.net.2 [hidden, ffn]
+};
+
+struct DitRefinerBlockWeights {
+  Tensor norm1, norm2;  // [hidden]
+  DitAttentionWeights attn;
+  DitFeedForwardWeights ff;
+};
+
+struct DitBlockWeights {
+  Tensor norm1, norm2;  // [hidden]
+  DitAttentionWeights attn;
+  DitFeedForwardWeights ff;
+  Tensor adaln_w;  // [18*hidden, time_embed_dim], rows (modality, chunk, channel)
+  Tensor adaln_b;  // [18*hidden]
+};
+
+struct DitWeights {
+  // fp32 islands (§1.7): proj_in, audio_proj_in, time_embedder, proj_out, audio_proj_out.
+  Tensor proj_in_w, proj_in_b;
+  Tensor audio_proj_in_w, audio_proj_in_b;
+  Tensor time_1_w, time_1_b, time_2_w, time_2_b;
+  Tensor proj_out_w, proj_out_b;
+  Tensor audio_proj_out_w, audio_proj_out_b;
+  // The rest: the model dtype.
+  Tensor context_w, context_b;
+  std::vector<DitRefinerBlockWeights> refiner;
+  Tensor refiner_final_norm;
+  std::vector<DitBlockWeights> blocks;
+  Tensor norm_out_norm;                // [hidden]
+  Tensor norm_out_w, norm_out_b;       // [2*hidden, time_embed_dim], rows [shift | scale]
+};
+
+// Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
+// islands (kBF16 as the release stores them, or kF32 to widen them exactly); the islands are always
+// kF32 (the reference keeps them in fp32 in every policy, §1.7).
+struct DitWeightPolicy {
+  Device device = Device::cpu();
+  DType body_dtype = DType::kBF16;
+};
+
+// Loads every tensor the config implies from `ckpt`. Errors (h3::Error) name the tensor and the
+// checkpoint: a missing tensor (kNotFound), a wrong shape or a non-float dtype (kInvalidFile),
+// names the model does not know (kInvalidFile), FastH3 compression gates (kUnsupported).
+DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
+                            const DitWeightPolicy& policy);
+
+// Every released tensor name with its shape for a config, in checkpoint order of §1.3.
+struct DitTensorSpec {
+  std::string name;
+  Shape shape;
+  bool fp32_island = false;
+};
+std::vector<DitTensorSpec> dit_tensor_specs(const DitConfig& config);
+
+}  // namespace h3::dit

@@ -1,0 +1,59 @@
+// make-tiny: writes a MiniMax-H3 repository in the released layout (all nine components, the
+// diffusers index, configs, tokenizer, processor) with deterministic random weights.
+//
+// Two sizes:
+//  - tiny: the dimensions of the golden tiny-h3 checkpoint (see its config.json files), real data,
+//    a few MB. Weights come from a seeded generator keyed by (seed, tensor name): matrices
+//    N(0, 1/sqrt(fan_in)), norm weights 1 + 0.1 N, biases 0.02 N, weight-norm gains U(0.5, 1.5),
+//    LayerScales about 0.5, the audio anti-aliasing filters as the release computes them; dtypes as
+//    the release stores them (bf16 DiT with fp32 islands, bf16 text encoder, fp32 VAEs).
+//  - released shapes: the full-size configs of the specs (h3_dit_spec.md §1.2,
+//  h3_components_spec.md
+//    §1.2, §2.1, §3.1), exact headers over sparse data (holes), sharded like the release (5 GB
+//    shards `<stem>-0000i-of-0000N.safetensors` + `<stem>.safetensors.index.json`): ~133 GB of
+//    logical size, a few MB on disk.
+//
+// Everything is written into a temporary sibling folder renamed onto `dir` at the end, so `dir`
+// either does not exist or holds a complete repository.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace h3::models {
+
+struct MakeTinyOptions {
+  uint64_t seed = 0;
+  bool released_shapes = false;
+  // Replace an existing folder, but only one that holds a MiniMax-H3 repository (it has a
+  // modular_model_index.json), so a typo cannot wipe an unrelated folder.
+  bool force = false;
+};
+
+// `dir` must not exist or be an empty folder. Throws h3::Error naming the path on failure (and
+// leaves nothing behind).
+void make_tiny(const std::string& dir, const MakeTinyOptions& options = {});
+
+// The config.json (scheduler_config.json, processor_config.json) each component gets. `component`
+// is an index name: transformer, transformer_ref, text_encoder, vae, audio_vae, scheduler,
+// audio_scheduler, processor. Tiny VAE latent statistics depend on `seed`.
+nlohmann::json make_tiny_config(const std::string& component, bool released_shapes,
+                                uint64_t seed = 0);
+
+// The nine component names in the order they are written.
+const std::vector<std::string>& make_tiny_components();
+
+// A Hugging Face `tokenizer.json` for a byte-level BPE: 256 byte tokens (ids in code-point order of
+// their byte-level characters), up to `num_merges` merges learned from a small built-in English
+// text, then Qwen's 26 added tokens at ids `added_base_id`.. (Qwen order: <|endoftext|>,
+// <|im_start|>, <|im_end|>, ...), the Qwen2 split regex, NFC normalizer and ByteLevel decoder.
+std::string make_byte_level_bpe_tokenizer_json(int num_merges, int64_t added_base_id);
+
+// The shard plan of the released layout: tensors are packed in order into shards of at most
+// `max_shard_bytes` (a tensor larger than that gets a shard of its own). Returns, per tensor,
+// the shard index.
+std::vector<int> plan_shards(const std::vector<uint64_t>& tensor_bytes, uint64_t max_shard_bytes);
+
+}  // namespace h3::models

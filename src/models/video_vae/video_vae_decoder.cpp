@@ -1,0 +1,115 @@
+#include "models/video_vae/video_vae_decoder.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/ops.h"
+
+namespace h3::video_vae {
+namespace {
+
+Tensor as_dtype(const Tensor& x, DType dt) { return x.dtype() == dt ? x : ops::cast(x, dt); }
+
+}  // namespace
+
+DecoderRope decoder_rope(const VideoVaeConfig& c, int64_t t, int64_t h, int64_t w) {
+  const int64_t rot = c.decoder_rotary_dim();
+  const int64_t f = rot / 6;  // frequencies per axis
+  const int64_t suffix = c.decoder_num_register_tokens + 1;
+  const int64_t patches = t * h * w;
+  const int64_t n = patches + suffix;
+  // inv_freq_k = 1 / theta^(k * 6/rot) in float32 (torch.arange(0, 1, 6/rot) then pow, §2.6).
+  const double step = 6.0 / static_cast<double>(rot);
+  std::vector<float> inv_freq(static_cast<size_t>(f));
+  const float theta = static_cast<float>(c.decoder_rope_theta);
+  for (int64_t k = 0; k < f; ++k) {
+    const float e = static_cast<float>(static_cast<double>(k) * step);
+    inv_freq[k] = 1.0f / std::pow(theta, e);
+  }
+  // Per axis of size s: 2 * ((i + 0.5) / s) - 1 in float32, relative to the window.
+  auto grid = [](int64_t s) {
+    std::vector<float> g(static_cast<size_t>(s));
+    for (int64_t i = 0; i < s; ++i)
+      g[i] = 2.0f * ((static_cast<float>(i) + 0.5f) / static_cast<float>(s)) - 1.0f;
+    return g;
+  };
+  const std::vector<float> gt = grid(t), gy = grid(h), gx = grid(w);
+  // (2*pi as a Python float) times a float32 tensor rounds the scalar to float32 first.
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  std::vector<float> cosv(static_cast<size_t>(n * rot)), sinv(static_cast<size_t>(n * rot));
+  const int64_t half = rot / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    float pos[3] = {0.0f, 0.0f, 0.0f};
+    if (i < patches) {
+      pos[0] = gt[i / (h * w)];
+      pos[1] = gy[(i / w) % h];
+      pos[2] = gx[i % w];
+    }
+    float* co = cosv.data() + i * rot;
+    float* si = sinv.data() + i * rot;
+    for (int a = 0; a < 3; ++a) {
+      for (int64_t k = 0; k < f; ++k) {
+        const float angle = (two_pi * pos[a]) * inv_freq[k];
+        const float cv = std::cos(angle), sv = std::sin(angle);
+        co[a * f + k] = co[half + a * f + k] = cv;
+        si[a * f + k] = si[half + a * f + k] = sv;
+      }
+    }
+  }
+  return {Tensor::from_f32(cosv, {n, rot}), Tensor::from_f32(sinv, {n, rot})};
+}
+
+Tensor decoder_forward(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd, const Tensor& z) {
+  H3_CHECK(z.dim() == 4 && z.size(0) == c.latent_channels, ErrorCode::kInvalidArgument,
+           "video VAE decoder: expected latents [", c.latent_channels, ", t, h, w], got ", z.desc());
+  const int64_t t = z.size(1), h = z.size(2), w = z.size(3);
+  const int64_t patches = t * h * w;
+  const int64_t width = c.decoder_width();
+  const int64_t heads = c.decoder_num_attention_heads, hd = c.decoder_attention_head_dim;
+  const int rot = static_cast<int>(c.decoder_rotary_dim());
+  const float eps = static_cast<float>(c.decoder_norm_eps);
+  const Device dev = z.device();
+
+  // post_quant_conv (a 1x1x1 conv: a linear over channels) on tokens ordered (t, y, x), proj_in.
+  const Tensor tokens = ops::copy(z.permute({1, 2, 3, 0})).view({patches, c.latent_channels});
+  Tensor hcur = ops::linear(as_dtype(tokens, gd), wt.post_quant_w, &wt.post_quant_b);
+  hcur = ops::linear(as_dtype(hcur, gd), wt.proj_in_w, &wt.proj_in_b);
+  // Registers and one zero token follow the patches; float32 registers make the stream float32.
+  const Tensor zero = Tensor::zeros({1, width}, DType::kF32, dev);
+  Tensor x = ops::concat({as_dtype(hcur, DType::kF32), wt.register_tokens, zero}, 0);
+  const int64_t n = x.size(0);
+
+  const DecoderRope rope = decoder_rope(c, t, h, w);
+  // The reference casts cos/sin to the q dtype before rotating (§2.6 step 4).
+  const Tensor cos = as_dtype(rope.cos.to(dev), gd), sin = as_dtype(rope.sin.to(dev), gd);
+
+  for (const DecoderBlockWeights& b : wt.blocks) {
+    // Attention branch: RMSNorm in float32, q/k/v in the GEMM dtype, per-head q/k RMSNorm (no
+    // affine) and partial RoPE, dense attention, output projection, LayerScale.
+    const Tensor n1 = as_dtype(ops::rms_norm(x, &b.norm1, eps), gd);
+    Tensor q = ops::linear(n1, b.q_w, &b.q_b).view({n, heads, hd});
+    Tensor k = ops::linear(n1, b.k_w, &b.k_b).view({n, heads, hd});
+    const Tensor v = ops::linear(n1, b.v_w, &b.v_b).view({n, heads, hd});
+    q = ops::qk_norm_rope(q, nullptr, eps, cos, sin, rot);
+    k = ops::qk_norm_rope(k, nullptr, eps, cos, sin, rot);
+    const Tensor o = ops::attention(q, k, v).view({n, width});
+    const Tensor attn = ops::linear(o, b.out_w, &b.out_b);
+    x = ops::add(x, ops::mul(as_dtype(attn, DType::kF32), b.scale1));
+    // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
+    const Tensor n2 = as_dtype(ops::rms_norm(x, &b.norm2, eps), gd);
+    const Tensor ff = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in_w, &b.ff_in_b)), b.ff_out_w,
+                                  &b.ff_out_b);
+    x = ops::add(x, ops::mul(as_dtype(ff, DType::kF32), b.scale2));
+  }
+
+  const Tensor normed = ops::layer_norm(x, &wt.norm_out_w, &wt.norm_out_b, eps);
+  const Tensor head = ops::linear(as_dtype(normed.slice(0, 0, patches), gd), wt.proj_out_w,
+                                  &wt.proj_out_b);
+  // Un-patch: [t, h, w, C, pt, ps, ps] -> [C, t, pt, h, ps, w, ps] (§2.6 step 5).
+  const int64_t pt = c.temporal_ratio(), ps = c.spatial_ratio(), co = c.out_channels;
+  const Tensor un = ops::copy(head.view({t, h, w, co, pt, ps, ps}).permute({3, 0, 4, 1, 5, 2, 6}));
+  return un.view({co, t * pt, h * ps, w * ps});
+}
+
+}  // namespace h3::video_vae

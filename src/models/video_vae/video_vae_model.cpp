@@ -1,0 +1,237 @@
+#include "models/video_vae/video_vae_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/status.h"
+#include "models/video_vae/video_vae_decoder.h"
+#include "models/video_vae/video_vae_encoder.h"
+#include "ops/ops.h"
+
+namespace h3::video_vae {
+namespace {
+
+Tensor contiguous_on_device(const Tensor& t) { return t.is_contiguous() ? t : ops::copy(t); }
+
+// Repeats the last slice along `dim` `count` more times (the reference's `x[:, :, -1:].repeat`).
+Tensor pad_by_repeating_last(const Tensor& x, int dim, int64_t count) {
+  if (count <= 0) return x;
+  const int64_t n = x.size(dim);
+  const Tensor last = contiguous_on_device(x.slice(dim, n - 1, n));
+  std::vector<Tensor> parts = {contiguous_on_device(x)};
+  for (int64_t i = 0; i < count; ++i) parts.push_back(last);
+  return ops::concat(parts, dim);
+}
+
+// Per-channel affine z*s + m (or (z - m)/s) on dim 1, float32, computed on the host: latents are
+// small next to everything else the VAE touches.
+Tensor channel_affine(const Tensor& z, const std::vector<float>& mean, const std::vector<float>& std,
+                      bool normalize, const char* what) {
+  H3_CHECK(z.dim() >= 2 && z.size(1) == static_cast<int64_t>(mean.size()), ErrorCode::kInvalidArgument,
+           what, ": expected latents [B, ", mean.size(), ", ...], got ", z.desc());
+  const Tensor host = z.to(Device::cpu()).to(DType::kF32).contiguous();
+  Tensor out = Tensor::empty(z.shape(), DType::kF32);
+  const float* src = host.data<float>();
+  float* dst = out.data<float>();
+  const int64_t b = z.size(0), c = z.size(1);
+  const int64_t inner = c ? z.numel() / (b * c) : 0;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const int64_t off = (bi * c + ci) * inner;
+      const float m = mean[ci], s = std[ci];
+      for (int64_t i = 0; i < inner; ++i)
+        dst[off + i] = normalize ? (src[off + i] - m) / s : src[off + i] * s + m;
+    }
+  }
+  return out.to(z.device());
+}
+
+}  // namespace
+
+const char* precision_name(VaePrecision p) {
+  return p == VaePrecision::kF32 ? "f32" : "f16-autocast";
+}
+
+VaePrecision parse_precision(const std::string& text) {
+  if (text == "f32" || text == "fp32" || text == "float32") return VaePrecision::kF32;
+  if (text == "f16" || text == "fp16" || text == "float16" || text == "f16-autocast")
+    return VaePrecision::kF16Autocast;
+  fail(ErrorCode::kInvalidArgument, "unknown VAE precision '", text,
+       "' (expected f32 or f16-autocast)");
+}
+
+VideoVae VideoVae::load(const std::string& component_dir, const VideoVaeOptions& options) {
+  namespace fs = std::filesystem;
+  H3_CHECK(fs::is_directory(component_dir), ErrorCode::kNotFound, "video VAE folder ", component_dir,
+           " does not exist");
+  const VideoVaeConfig config = VideoVaeConfig::load(component_dir);
+  const io::Checkpoint ckpt = io::Checkpoint::open(component_dir);
+  return from_checkpoint(config, ckpt, options);
+}
+
+namespace {
+VideoVaeWeightPolicy policy_of(const VideoVaeOptions& o) {
+  VideoVaeWeightPolicy p;
+  p.device = o.device;
+  p.decoder_gemm_dtype = o.precision == VaePrecision::kF16Autocast ? DType::kF16 : DType::kF32;
+  p.load_encoder = o.load_encoder;
+  p.load_decoder = o.load_decoder;
+  return p;
+}
+}  // namespace
+
+VideoVae VideoVae::from_checkpoint(const VideoVaeConfig& config, const io::Checkpoint& ckpt,
+                                   const VideoVaeOptions& options) {
+  return from_weights(config, load_video_vae_weights(config, ckpt, policy_of(options)), options);
+}
+
+VideoVae VideoVae::from_weights(const VideoVaeConfig& config, VideoVaeWeights weights,
+                                const VideoVaeOptions& options) {
+  config.validate("video VAE config");
+  options.tiles.validate(config.spatial_ratio());
+  VideoVae m;
+  m.config_ = config;
+  m.options_ = options;
+  m.weights_ = std::move(weights);
+  return m;
+}
+
+DType VideoVae::decoder_dtype() const {
+  return options_.precision == VaePrecision::kF16Autocast ? DType::kF16 : DType::kF32;
+}
+
+void VideoVae::set_tiling(bool enabled, const TileSettings& tiles) {
+  tiles.validate(config_.spatial_ratio());
+  options_.use_tiling = enabled;
+  options_.tiles = tiles;
+}
+
+// ---- encode ---------------------------------------------------------------------------------------
+
+Tensor VideoVae::encode_clip(const Tensor& x) const {
+  H3_CHECK(weights_.has_encoder, ErrorCode::kInvalidArgument,
+           "video VAE: the encoder was not loaded (load_encoder = false)");
+  const Tensor in = contiguous_on_device(x.to(options_.device));
+  if (!options_.use_tiling) return encoder_forward(config_, weights_.encoder, in);
+  const int64_t r = config_.spatial_ratio();
+  const int64_t hgt = in.size(3), wid = in.size(4);
+  const TileSettings& ts = options_.tiles;
+  const TileAxis ya = split_tiles(hgt, ts.tile_height, ts.min_overlap_height, r);
+  const TileAxis xa = split_tiles(wid, ts.tile_width, ts.min_overlap_width, r);
+  std::vector<std::vector<Tensor>> rows;
+  for (size_t i = 0; i < ya.starts.size(); ++i) {
+    std::vector<Tensor> row;
+    const int64_t y0 = ya.starts[i], y1 = std::min(hgt, y0 + ya.lengths[i]);
+    for (size_t j = 0; j < xa.starts.size(); ++j) {
+      const int64_t x0 = xa.starts[j], x1 = std::min(wid, x0 + xa.lengths[j]);
+      const Tensor tile = contiguous_on_device(in.slice(3, y0, y1).slice(4, x0, x1));
+      row.push_back(encoder_forward(config_, weights_.encoder, tile));
+    }
+    rows.push_back(std::move(row));
+  }
+  // Pixel overlaps become latent overlaps (§2.5); the blend is float32 here.
+  std::vector<int64_t> yo, xo;
+  for (int64_t o : ya.overlaps) yo.push_back(o / r);
+  for (int64_t o : xa.overlaps) xo.push_back(o / r);
+  return stitch_tiles(rows, yo, xo);
+}
+
+Tensor VideoVae::encode_moments(const Tensor& x) const {
+  H3_CHECK(x.dim() == 5 && x.size(1) == config_.in_channels && x.size(2) >= 1,
+           ErrorCode::kInvalidArgument, "video VAE encode: expected pixels [B, ", config_.in_channels,
+           ", F, H, W] with F >= 1, got ", x.desc());
+  H3_CHECK(dtype_is_float(x.dtype()), ErrorCode::kInvalidArgument,
+           "video VAE encode: expected normalized float pixels (see normalize_pixels), got ", x.desc());
+  const int64_t frames = x.size(2), clip = config_.clip_length;
+  if (frames == 1) return encode_clip(x);  // keyframes and images: the spatial path (§2.5)
+  std::vector<Tensor> moments;
+  for (int64_t start = 0; start < frames; start += clip) {
+    const int64_t end = std::min(frames, start + clip);
+    Tensor part = x.slice(2, start, end);
+    if (end - start < clip) part = pad_by_repeating_last(part.to(options_.device), 2, clip - (end - start));
+    moments.push_back(encode_clip(part));
+  }
+  Tensor all = moments.size() == 1 ? moments[0] : ops::concat(moments, 2);
+  if (config_.token_drop > 0) {
+    all = contiguous_on_device(all.slice(2, 0, all.size(2) - config_.token_drop));
+  }
+  return all;
+}
+
+// ---- decode ---------------------------------------------------------------------------------------
+
+Tensor VideoVae::decode_clip(const Tensor& z) const {
+  H3_CHECK(weights_.has_decoder, ErrorCode::kInvalidArgument,
+           "video VAE: the decoder was not loaded (load_decoder = false)");
+  const DType gd = decoder_dtype();
+  if (!options_.use_tiling) return decoder_forward(config_, weights_.decoder, gd, z);
+  const int64_t r = config_.spatial_ratio();
+  const int64_t h = z.size(2), w = z.size(3);
+  const TileSettings& ts = options_.tiles;
+  // Tiles are laid out in pixel space and mapped back onto the latent grid (§2.7).
+  const TileAxis ya = split_tiles(h * r, ts.tile_height, ts.min_overlap_height, r);
+  const TileAxis xa = split_tiles(w * r, ts.tile_width, ts.min_overlap_width, r);
+  std::vector<std::vector<Tensor>> rows;
+  for (size_t i = 0; i < ya.starts.size(); ++i) {
+    std::vector<Tensor> row;
+    const int64_t y0 = ya.starts[i] / r, y1 = std::min(h, y0 + ya.lengths[i] / r);
+    for (size_t j = 0; j < xa.starts.size(); ++j) {
+      const int64_t x0 = xa.starts[j] / r, x1 = std::min(w, x0 + xa.lengths[j] / r);
+      const Tensor tile = contiguous_on_device(z.slice(2, y0, y1).slice(3, x0, x1));
+      row.push_back(decoder_forward(config_, weights_.decoder, gd, tile));
+    }
+    rows.push_back(std::move(row));
+  }
+  return stitch_tiles(rows, ya.overlaps, xa.overlaps);
+}
+
+Tensor VideoVae::decode(const Tensor& z) const {
+  H3_CHECK(z.dim() == 5 && z.size(1) == config_.latent_channels && z.size(2) >= 1 &&
+               z.size(3) >= 1 && z.size(4) >= 1,
+           ErrorCode::kInvalidArgument, "video VAE decode: expected latents [B, ",
+           config_.latent_channels, ", T, h, w], got ", z.desc());
+  H3_CHECK(dtype_is_float(z.dtype()), ErrorCode::kInvalidArgument,
+           "video VAE decode: expected float latents, got ", z.desc());
+  const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
+  const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
+  const int64_t chunk_frames = chunk * config_.temporal_ratio();
+  std::vector<Tensor> items;
+  for (int64_t bi = 0; bi < z.size(0); ++bi) {
+    Tensor zi = z.select(0, bi).to(options_.device);
+    if (zi.dtype() != DType::kF32) zi = ops::cast(zi, DType::kF32);
+    zi = pad_by_repeating_last(contiguous_on_device(zi), 1, plan.pad_tokens);
+    std::vector<Tensor> pieces;
+    Tensor overlap;
+    for (int64_t i = 0; i < plan.num_chunks; ++i) {
+      const int64_t start = i * chunk;
+      const Tensor window = contiguous_on_device(zi.slice(1, start, start + plan.window_tokens));
+      const Tensor clip = decode_clip(window);
+      // Frames [pre, chunk_frames) are this window's; the 3 leading ones are pre-padding (§2.8).
+      Tensor main = contiguous_on_device(clip.slice(1, pre, pre + plan.main_frames));
+      if (overlap.defined()) main = blend(overlap, main, config_.frame_overlap(), 1);
+      pieces.push_back(main);
+      if (config_.token_drop > 0) {
+        const int64_t o0 = std::min(clip.size(1), chunk_frames + pre);
+        overlap = contiguous_on_device(clip.slice(1, o0, o0 + plan.overlap_frames));
+      }
+    }
+    if (overlap.defined() && overlap.size(1) > 0) pieces.push_back(overlap);
+    Tensor out = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 1);
+    if (plan.trailing_cut > 0) out = contiguous_on_device(out.slice(1, 0, plan.output_frames));
+    if (out.dtype() != DType::kF32) out = ops::cast(out, DType::kF32);
+    items.push_back(out.unsqueeze(0));
+  }
+  return items.size() == 1 ? items[0] : ops::concat(items, 0);
+}
+
+// ---- latents ----------------------------------------------------------------------------------------
+
+Tensor VideoVae::normalize_latents(const Tensor& z) const {
+  return channel_affine(z, config_.latents_mean, config_.latents_std, true, "normalize_latents");
+}
+
+Tensor VideoVae::denormalize_latents(const Tensor& zn) const {
+  return channel_affine(zn, config_.latents_mean, config_.latents_std, false, "denormalize_latents");
+}
+
+}  // namespace h3::video_vae

@@ -1,0 +1,111 @@
+// The MiniMax-H3 video VAE (`AutoencoderKLMiniMaxH3`, h3_components_spec.md §2): encode entry
+// points with 17-frame clips and spatial tiles, decode with 7-latent temporal windows, spatial
+// tiles and cross-fades, and the latent normalization the pipeline applies around the DiT.
+//
+// The model is a composition of ops/ops.h over weights on one device; activations live on that
+// device, so the same code is the CPU oracle and the CUDA engine. Inputs may be on any device.
+//
+// Precision policies (§2.9):
+//   kF32          everything float32 (the golden data's precision; parity bound 1e-5).
+//   kF16Autocast  the reference's CUDA decode: float32 weights under float16 autocast. The decoder
+//                 GEMM weights are held as float16 copies, its Linear/Conv/attention/SwiGLU run in
+//                 float16 with a float32 residual stream and float32 norms, and the tile and window
+//                 blends are float16. Encoding stays float32 in both policies (the reference encodes
+//                 without autocast).
+#pragma once
+
+#include <string>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "models/video_vae/video_vae_config.h"
+#include "models/video_vae/video_vae_tiling.h"
+#include "models/video_vae/video_vae_weights.h"
+
+namespace h3::video_vae {
+
+enum class VaePrecision { kF32, kF16Autocast };
+const char* precision_name(VaePrecision p);  // "f32", "f16-autocast"
+// Parses "f32"/"fp32"/"float32" and "f16"/"fp16"/"f16-autocast"; throws kInvalidArgument otherwise.
+VaePrecision parse_precision(const std::string& text);
+
+struct VideoVaeOptions {
+  Device device = Device::cpu();
+  VaePrecision precision = VaePrecision::kF32;
+  bool use_tiling = true;  // the release ships with tiling on (256 px tiles, >= 64 px overlap)
+  TileSettings tiles;
+  bool load_encoder = true;
+  bool load_decoder = true;
+};
+
+class VideoVae {
+ public:
+  // Loads `component_dir` (config.json plus the safetensors checkpoint).
+  static VideoVae load(const std::string& component_dir, const VideoVaeOptions& options);
+  static VideoVae from_checkpoint(const VideoVaeConfig& config, const io::Checkpoint& ckpt,
+                                  const VideoVaeOptions& options);
+  static VideoVae from_weights(const VideoVaeConfig& config, VideoVaeWeights weights,
+                               const VideoVaeOptions& options);
+
+  const VideoVaeConfig& config() const { return config_; }
+  const VideoVaeOptions& options() const { return options_; }
+  const VideoVaeWeights& weights() const { return weights_; }
+  // The decoder's GEMM/output dtype under the policy (float32 or float16).
+  DType decoder_dtype() const;
+  // Changes the tile geometry (the reference's enable_tiling / disable_tiling).
+  void set_tiling(bool enabled, const TileSettings& tiles);
+
+  // ---- encode (§2.5), always float32 ----
+  // x [B, 3, F, H, W] ImageNet-normalized pixels (normalize_pixels) -> moments
+  // [B, 2*latent, T', h, w] float32 on the model's device: one frame goes through the spatial
+  // encoder alone (1 latent frame); otherwise F is padded to a multiple of clip_length by repeating
+  // the last frame, each clip is encoded independently, and the last token_drop latents dropped.
+  Tensor encode_moments(const Tensor& x) const;
+  // One clip, spatially tiled when tiling is on: [B, 3, T, H, W] -> [B, 2*latent, T', h, w].
+  Tensor encode_clip(const Tensor& x) const;
+
+  // ---- decode (§2.6-§2.8) ----
+  // z [B, latent, T, h, w] (denormalized latents) -> [B, 3, F, 16h, 16w] float32 ImageNet-normalized
+  // RGB on the model's device (the decoder output widened from float16 under the autocast policy).
+  Tensor decode(const Tensor& z) const;
+  // One temporal window of one item, spatially tiled when tiling is on: [latent, t, h, w] ->
+  // [3, 4t, 16h, 16w] in decoder_dtype().
+  Tensor decode_clip(const Tensor& z) const;
+
+  // ---- latent normalization (§2.2), float32 on the input's device ----
+  Tensor normalize_latents(const Tensor& z) const;      // (z - mean) / std per channel (dim 1)
+  Tensor denormalize_latents(const Tensor& zn) const;   // zn * std + mean
+
+ private:
+  VideoVae() = default;
+  VideoVaeConfig config_;
+  VideoVaeOptions options_;
+  VideoVaeWeights weights_;
+};
+
+// ---- pixels and posterior (§2.2, §2.4; pipeline facts 6 and 9) ---------------------------------
+
+// uint8 [B, 3, F, H, W] (or float in [0, 1]) -> float32 (x/255 - m)/s with the ImageNet mean and std.
+Tensor normalize_pixels(const Tensor& pixels);
+// Decoder output (ImageNet-normalized, any float dtype) -> float32 x*s + m clamped to [0, 1].
+Tensor denormalize_pixels(const Tensor& decoded);
+// [B, 3, F, H, W] in [0, 1] -> uint8 frames [B, F, H, W, 3] = round(x*255) (half to even, as torch).
+Tensor frames_to_uint8(const Tensor& pixels01);
+
+struct Posterior {
+  Tensor mean;    // [B, latent, T, h, w] float32
+  Tensor logvar;  // clamped to [-30, 20]
+  Tensor std;     // exp(0.5 * logvar)
+};
+// Splits moments [B, 2*latent, ...] on dim 1 (CPU float32 results).
+Posterior posterior_from_moments(const Tensor& moments);
+// mean + std * noise; `noise` has the mean's shape (e.g. torch.randn from a seed-42 generator).
+Tensor posterior_sample(const Posterior& posterior, const Tensor& noise);
+
+// The pipeline's conditioning helper (`encode_vae_condition`, pipeline fact 6): normalize the uint8
+// pixels, encode, sample the posterior with `noise`, round the sample to float16 and back, and
+// normalize it with the VAE's latent statistics. Returns CPU float32 [B, latent, T', h, w].
+Tensor encode_condition(const VideoVae& vae, const Tensor& pixels_uint8, const Tensor& noise);
+
+}  // namespace h3::video_vae

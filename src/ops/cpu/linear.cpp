@@ -1,0 +1,51 @@
+// linear and matmul: float32 GEMMs on widened operands, one rounding to the output dtype.
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+
+namespace h3::ops::cpu {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  const int64_t k = x.size(-1);
+  const int64_t n = w.size(0);
+  const int64_t m = k ? x.numel() / k : 0;
+  const F32 xf(x);
+  const F32 wf(w);
+  std::vector<float> out(static_cast<size_t>(m * n));
+  if (bias) {
+    // Bias first, then C = X W^T + C: the bias is added in float32 before the single rounding.
+    const F32 bf(*bias);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] = bf[j];
+  }
+  sgemm(false, true, m, n, k, 1.0f, xf.data(), k, wf.data(), k, bias ? 1.0f : 0.0f, out.data(), n);
+  Shape shape = x.shape();
+  shape.back() = n;
+  return store_f32(out.data(), shape, x.dtype());
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const bool batched_a = a.dim() == 3;
+  const int64_t batch = batched_a ? a.size(0) : 1;
+  const int64_t m = a.size(-2);
+  const int64_t k = a.size(-1);
+  const int64_t n = b.size(-1);
+  const bool shared_b = b.dim() == 2;
+  const F32 af(a);
+  const F32 bf(b);
+  std::vector<float> out(static_cast<size_t>(batch * m * n));
+  if (shared_b) {
+    // One GEMM over all batches: [B*M, K] @ [K, N].
+    sgemm(false, false, batch * m, n, k, 1.0f, af.data(), k, bf.data(), n, 0.0f, out.data(), n);
+  } else {
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      sgemm(false, false, m, n, k, 1.0f, af.data() + bi * m * k, k, bf.data() + bi * k * n, n, 0.0f,
+            out.data() + bi * m * n, n);
+    }
+  }
+  Shape shape = a.shape();
+  shape.back() = n;
+  return store_f32(out.data(), shape, a.dtype());
+}
+
+}  // namespace h3::ops::cpu

@@ -1,0 +1,174 @@
+// CPU oracle of VSA-H3 (h3_dit_spec.md §5.3-5.6): float64 accumulation, one rounding to the
+// activation dtype where the reference's bf16 kernel produces a bf16 tensor.
+#include <cmath>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/vsa.h"
+
+namespace h3::ops::cpu {
+
+namespace {
+
+// Rounds a float to the storage dtype and back (identity for f32).
+float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return round_bf16(v);
+    case DType::kF16: return round_f16(v);
+    default: return v;
+  }
+}
+
+// Tile means over valid rows: [H, n, D] f32. Pads are zero in the reference's buffer, so the sum
+// over the E slots equals the sum over the valid rows; the divisor is the true tile size.
+Tensor pool_tiles(const std::vector<float>& x, int64_t H, int64_t D, const VsaGeometry& g,
+                  const std::vector<int64_t>& starts) {
+  const int64_t n = g.num_tiles();
+  Tensor out = Tensor::empty({H, n, D}, DType::kF32);
+  float* o = out.data<float>();
+  std::vector<double> acc(static_cast<size_t>(D));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < n; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = starts[t]; j < starts[t + 1]; ++j) {
+        const float* row = x.data() + (g.partition_rows[j] * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) acc[d] += row[d];
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        o[(h * n + t) * D + d] = static_cast<float>(acc[d] / static_cast<double>(g.tile_sizes[t]));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
+                     const VsaGeometry& geo, const VsaOptions& opt, VsaTrace* trace) {
+  const int64_t S = q.size(0), H = q.size(1), D = q.size(2);
+  const int64_t n = geo.num_tiles();
+  const DType dt = q.dtype();
+  const double scale = opt.scale > 0.0f ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const std::vector<int64_t> starts = geo.tile_starts();
+  std::vector<int64_t> tile_of(static_cast<size_t>(S));
+  for (int64_t r = 0; r < S; ++r) tile_of[r] = geo.untile_index[r] / geo.tile_size;
+
+  const std::vector<float> qv = q.to_f32_vector(), kv = k.to_f32_vector(), vv = v.to_f32_vector();
+
+  const bool need_scores = opt.sparsity > 0.0 || g != nullptr || trace != nullptr;
+  Tensor q_pooled, k_pooled, v_pooled, scores, mask;
+  if (need_scores) {
+    q_pooled = pool_tiles(qv, H, D, geo, starts);
+    k_pooled = pool_tiles(kv, H, D, geo, starts);
+    v_pooled = pool_tiles(vv, H, D, geo, starts);
+    scores = Tensor::empty({H, n, n}, DType::kF32);
+    const float* qp = q_pooled.data<float>();
+    const float* kp = k_pooled.data<float>();
+    float* sc = scores.data<float>();
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += static_cast<double>(qp[(h * n + i) * D + d]) * kp[(h * n + j) * D + d];
+          sc[(h * n + i) * n + j] = static_cast<float>(acc * scale);
+        }
+    mask = vsa_block_mask(scores, geo, opt.sparsity, opt.mode);
+  } else {
+    mask = Tensor::zeros({H, n, n}, DType::kU8);
+    mask.fill(1);
+  }
+  const uint8_t* mk = mask.data<uint8_t>();
+
+  // Fine branch: ordinary softmax over the valid rows of every visible key tile.
+  Tensor fine = Tensor::empty({S, H, D}, dt);
+  std::vector<float> fine_v(static_cast<size_t>(S * H * D));
+  std::vector<double> logits, acc(static_cast<size_t>(D));
+  std::vector<int64_t> keys;
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < n; ++i) {
+      keys.clear();
+      for (int64_t j = 0; j < n; ++j) {
+        if (!mk[(h * n + i) * n + j]) continue;
+        for (int64_t p = starts[j]; p < starts[j + 1]; ++p) keys.push_back(geo.partition_rows[p]);
+      }
+      logits.resize(keys.size());
+      for (int64_t p = starts[i]; p < starts[i + 1]; ++p) {
+        const int64_t r = geo.partition_rows[p];
+        const float* qr = qv.data() + (r * H + h) * D;
+        double mx = -INFINITY;
+        for (size_t c = 0; c < keys.size(); ++c) {
+          const float* kr = kv.data() + (keys[c] * H + h) * D;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
+          logits[c] = dot * scale;
+          mx = std::max(mx, logits[c]);
+        }
+        double denom = 0;
+        for (double& l : logits) {
+          l = std::exp(l - mx);
+          denom += l;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (size_t c = 0; c < keys.size(); ++c) {
+          const float* vr = vv.data() + (keys[c] * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] += logits[c] * vr[d];
+        }
+        float* out = fine_v.data() + (r * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = round_to(dt, static_cast<float>(acc[d] / denom));
+      }
+    }
+  }
+  convert_elements(fine_v.data(), DType::kF32, fine.raw(), dt, fine_v.size());
+
+  Tensor out = fine;
+  Tensor out_c_f32;
+  if (g != nullptr) {
+    H3_CHECK(g->shape() == q.shape(), ErrorCode::kInvalidArgument, "VSA gate ",
+             shape_str(g->shape()), " does not match q ", shape_str(q.shape()));
+    // Compression branch: softmax over all tile scores (unmasked) times the tile means of v.
+    out_c_f32 = Tensor::empty({H, n, D}, DType::kF32);
+    float* oc = out_c_f32.data<float>();
+    const float* sc = scores.data<float>();
+    const float* vp = v_pooled.data<float>();
+    std::vector<double> w(static_cast<size_t>(n));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        double mx = -INFINITY, denom = 0;
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(sc[(h * n + i) * n + j]));
+        for (int64_t j = 0; j < n; ++j) {
+          w[j] = std::exp(sc[(h * n + i) * n + j] - mx);
+          denom += w[j];
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          double a = 0;
+          for (int64_t j = 0; j < n; ++j) a += w[j] * vp[(h * n + j) * D + d];
+          oc[(h * n + i) * D + d] = static_cast<float>(a / denom);
+        }
+      }
+    // out = round(fine + round(round(out_c) * g)), every rounding in the activation dtype (§5.6).
+    const std::vector<float> gv = g->to_f32_vector();
+    std::vector<float> res(fine_v.size());
+    for (int64_t r = 0; r < S; ++r)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t idx = static_cast<size_t>((r * H + h) * D + d);
+          const float c = round_to(dt, oc[(h * n + tile_of[r]) * D + d]);
+          res[idx] = round_to(dt, fine_v[idx] + round_to(dt, c * gv[idx]));
+        }
+    out = Tensor::empty({S, H, D}, dt);
+    convert_elements(res.data(), DType::kF32, out.raw(), dt, res.size());
+  }
+  if (trace) {
+    trace->q_pooled = q_pooled;
+    trace->k_pooled = k_pooled;
+    trace->v_pooled = v_pooled;
+    trace->scores = scores;
+    trace->mask = mask;
+    trace->fine = fine;
+    trace->out_c_f32 = out_c_f32;
+  }
+  return out;
+}
+
+}  // namespace h3::ops::cpu

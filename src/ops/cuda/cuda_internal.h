@@ -1,0 +1,37 @@
+// Building blocks shared between the CUDA op files (not part of the op interface).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace h3::ops::cuda {
+
+// One GEMM operand in row-major terms. `trans` = false: A is stored [M, K] / B is stored [K, N];
+// trans = true: A is stored [K, M] / B is stored [N, K] (a linear layer's weight). `ld` is the
+// stored row stride in elements; `batch_stride` the distance between batch items (0 broadcasts).
+struct GemmOperand {
+  const void* ptr = nullptr;
+  DType dtype = DType::kF32;
+  int64_t ld = 0;
+  bool trans = false;
+  int64_t batch_stride = 0;
+};
+
+// Row-major C[M, N] (row stride ldc) = op(A)[M, K] x op(B)[K, N] (+ bias[N]) through cuBLASLt,
+// float32 accumulation (no TF32 for f32 inputs). A and B share one dtype (f32, bf16 or f16); C is
+// f32, bf16 or f16; bias (may be null) has C's dtype and is added in the epilogue before rounding.
+void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOperand& b, void* c,
+          DType c_dtype, int64_t ldc, int64_t c_batch_stride, int64_t batch, const void* bias,
+          int device);
+
+// out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride
+// in_ld / out_ld); bias may be null; per_row selects bias[r] (convolutions) over bias[c].
+void bias_add_cast(const float* in, int64_t in_ld, const Tensor* bias, bool per_row, void* out,
+                   DType out_dtype, int64_t out_ld, int64_t rows, int64_t cols);
+
+// Elementwise copy between two views of the same shape (any strides, same or different float
+// dtypes; integer dtypes copy only to themselves). Used by copy, concat, scatter-free layouts.
+void copy_strided(const Tensor& dst, const Tensor& src);
+
+}  // namespace h3::ops::cuda

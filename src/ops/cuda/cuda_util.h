@@ -1,0 +1,42 @@
+// Host-side helpers of the CUDA ops (usable from .cpp and .cu files): error checks, the stream
+// the ops run on, argument checks, and the switches that turn each fused kernel off.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace h3::ops::cuda {
+
+// Throws kInternal naming the call and CUDA's message when err is not cudaSuccess.
+void check_cuda(cudaError_t err, const char* what);
+// Checks for an error raised by the last kernel launch.
+void check_launch(const char* kernel);
+
+// The stream every op is issued on. The legacy default stream for now, so that Tensor's
+// synchronous copies are ordered with the kernels without extra synchronization.
+inline cudaStream_t current_stream() { return nullptr; }
+
+// Makes t's device the current one (the ops may be called for any cuda:N).
+void set_device_of(const Tensor& t);
+
+// Argument checks shared by the ops: the tensor is defined and on a CUDA device; all on one device.
+void require_cuda(const Tensor& t, const char* op, const char* name);
+void require_same_device(const Tensor& a, const Tensor& b, const char* op);
+// A contiguous version of t on its device (ops::cuda::copy when t is a strided view).
+Tensor contiguous(const Tensor& t);
+// A contiguous copy of t converted to dtype (no copy when already so).
+Tensor as_dtype(const Tensor& t, DType dtype);
+
+// Fusion switches (h3.c's habit: every fused kernel can be turned off to bisect a regression).
+// H3_FUSED=0 turns every fusion off; H3_FUSE_<NAME>=0 turns one off, e.g. H3_FUSE_QKNORM_ROPE=0.
+// `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS".
+bool fusion_enabled(const char* name);
+
+}  // namespace h3::ops::cuda
+
+#define H3_CUDA_CHECK(expr) ::h3::ops::cuda::check_cuda((expr), #expr)

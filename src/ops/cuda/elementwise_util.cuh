@@ -1,0 +1,75 @@
+// Loads and stores by a run-time dtype code, for kernels whose operands may each have their own
+// dtype. The code is uniform across a launch, so the switch costs no divergence.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace h3::ops::cuda {
+
+constexpr int kCodeF32 = 0, kCodeBF16 = 1, kCodeF16 = 2, kCodeF64 = 3, kCodeI32 = 4, kCodeI64 = 5,
+              kCodeU8 = 6, kCodeBool = 7;
+
+// -1 for dtypes the CUDA ops do not handle (float8).
+inline int dtype_code(DType t) {
+  switch (t) {
+    case DType::kF32: return kCodeF32;
+    case DType::kBF16: return kCodeBF16;
+    case DType::kF16: return kCodeF16;
+    case DType::kF64: return kCodeF64;
+    case DType::kI32: return kCodeI32;
+    case DType::kI64: return kCodeI64;
+    case DType::kU8: return kCodeU8;
+    case DType::kBool: return kCodeBool;
+    default: return -1;
+  }
+}
+
+// Float dtypes only (codes 0..2).
+__device__ __forceinline__ float ld(const void* p, int code, int64_t i) {
+  switch (code) {
+    case kCodeF32: return static_cast<const float*>(p)[i];
+    case kCodeBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return __half2float(static_cast<const __half*>(p)[i]);
+  }
+}
+__device__ __forceinline__ void st(void* p, int code, int64_t i, float v) {
+  switch (code) {
+    case kCodeF32: static_cast<float*>(p)[i] = v; break;
+    case kCodeBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+  }
+}
+
+// Any dtype through double (exact for every value of every supported type but large int64).
+__device__ __forceinline__ double ld_any(const void* p, int code, int64_t i) {
+  switch (code) {
+    case kCodeF32: return static_cast<const float*>(p)[i];
+    case kCodeBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case kCodeF16: return __half2float(static_cast<const __half*>(p)[i]);
+    case kCodeF64: return static_cast<const double*>(p)[i];
+    case kCodeI32: return static_cast<const int32_t*>(p)[i];
+    case kCodeI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case kCodeU8: return static_cast<const uint8_t*>(p)[i];
+    default: return static_cast<const uint8_t*>(p)[i] ? 1.0 : 0.0;
+  }
+}
+__device__ __forceinline__ void st_any(void* p, int code, int64_t i, double v) {
+  switch (code) {
+    case kCodeF32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    // Narrow half types from double directly, so there is a single rounding.
+    case kCodeBF16: static_cast<__nv_bfloat16*>(p)[i] = __double2bfloat16(v); break;
+    case kCodeF16: static_cast<__half*>(p)[i] = __double2half(v); break;
+    case kCodeF64: static_cast<double*>(p)[i] = v; break;
+    case kCodeI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case kCodeI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case kCodeU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    default: static_cast<uint8_t*>(p)[i] = v != 0.0 ? 1 : 0; break;
+  }
+}
+
+}  // namespace h3::ops::cuda

@@ -1,0 +1,278 @@
+// linear and matmul through cuBLASLt: bf16/f16 tensor cores with float32 accumulation, float32
+// inputs as plain float32 GEMMs (CUBLAS_COMPUTE_32F: TF32 stays off, so f32 results match the CPU
+// oracle to float32 rounding). The bias of a linear layer is added in cuBLASLt's epilogue, before
+// the one rounding to the output dtype, as torch's addmm does.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "ops/cuda/cuda_internal.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_util.h"
+
+namespace h3::ops::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr int kMaxDevices = 64;
+
+void check_lt(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  fail(ErrorCode::kInternal, "cuBLASLt error in ", what, ": status ", static_cast<int>(st));
+}
+
+// One handle and workspace per device, created on first use and kept for the process.
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+struct AlgoKey {
+  int64_t v[20];
+  bool operator==(const AlgoKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
+};
+struct AlgoKeyHash {
+  size_t operator()(const AlgoKey& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
+    return h;
+  }
+};
+
+std::mutex g_mutex;
+LtContext g_ctx[kMaxDevices];
+std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
+
+LtContext& context(int device) {
+  H3_CHECK(device >= 0 && device < kMaxDevices, ErrorCode::kUnsupported, "cuda:", device,
+           " is beyond the devices h3 supports");
+  LtContext& c = g_ctx[device];
+  if (!c.handle) {
+    check_lt(cublasLtCreate(&c.handle), "cublasLtCreate");
+    H3_CUDA_CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes));
+  }
+  return c;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default:
+      fail(ErrorCode::kUnsupported, "GEMM: dtype ", dtype_name(t),
+           " is not supported on CUDA (expected f32, bf16 or f16)");
+  }
+}
+
+int64_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t al = 256;
+  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al >>= 1;
+  return al;
+}
+
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  Layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+    check_lt(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
+                                        static_cast<uint64_t>(cols), ld),
+             "cublasLtMatrixLayoutCreate");
+    if (batch > 1) {
+      const int32_t b = static_cast<int32_t>(batch);
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)),
+               "layout batch count");
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                &stride, sizeof(stride)),
+               "layout batch stride");
+    }
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOperand& b, void* c,
+          DType c_dtype, int64_t ldc, int64_t c_batch_stride, int64_t batch, const void* bias,
+          int device) {
+  H3_CHECK(a.dtype == b.dtype, ErrorCode::kInternal, "gemm: operand dtypes differ (",
+           dtype_name(a.dtype), ", ", dtype_name(b.dtype), ")");
+  if (M == 0 || N == 0 || batch == 0) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  LtContext& ctx = context(device);
+  const cudaDataType_t ab_t = cuda_type(a.dtype);
+  const cudaDataType_t c_t = cuda_type(c_dtype);
+
+  // Column-major view: D^T (N x M) = op(B_stored) x op(A_stored).
+  cublasLtMatmulDesc_t desc = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  struct DescGuard {
+    cublasLtMatmulDesc_t d;
+    ~DescGuard() { cublasLtMatmulDescDestroy(d); }
+  } desc_guard{desc};
+  const cublasOperation_t op_first = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
+           "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
+           "transb");
+  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+           "epilogue");
+  if (bias) {
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  }
+
+  // Stored shapes in column-major terms (rows, cols) = (stored row length, stored rows).
+  const Layout la(ab_t, b.trans ? K : N, b.trans ? N : K, b.ld, batch, b.batch_stride);
+  const Layout lb(ab_t, a.trans ? M : K, a.trans ? K : M, a.ld, batch, a.batch_stride);
+  const Layout lc(c_t, N, M, ldc, batch, c_batch_stride);
+
+  const int64_t al_a = alignment_of(b.ptr), al_b = alignment_of(a.ptr), al_c = alignment_of(c);
+  AlgoKey key{};
+  const int64_t vals[20] = {M, N, K, a.ld, b.ld, ldc, a.trans, b.trans, static_cast<int64_t>(a.dtype),
+                            static_cast<int64_t>(c_dtype), batch, a.batch_stride, b.batch_stride,
+                            c_batch_stride, bias != nullptr, al_a, al_b, al_c, device, 0};
+  std::memcpy(key.v, vals, sizeof(vals));
+  auto it = g_algos.find(key);
+  if (it == g_algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    struct PrefGuard {
+      cublasLtMatmulPreference_t p;
+      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } pref_guard{pref};
+    const uint64_t ws = kWorkspaceBytes;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                  sizeof(ws)),
+             "workspace preference");
+    const uint32_t a1 = static_cast<uint32_t>(al_a), a2 = static_cast<uint32_t>(al_b),
+                   a3 = static_cast<uint32_t>(al_c);
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, 4),
+             "alignment A");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, 4),
+             "alignment B");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, 4),
+             "alignment C");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, 4),
+             "alignment D");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l, lc.l,
+                                                             pref, 1, &result, &found);
+    H3_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported,
+             "cuBLASLt has no algorithm for a GEMM of M=", M, " N=", N, " K=", K, " (",
+             dtype_name(a.dtype), " -> ", dtype_name(c_dtype), ", batch ", batch, ", status ",
+             static_cast<int>(st), ")");
+    it = g_algos.emplace(key, result.algo).first;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta, c, lc.l, c, lc.l,
+                          &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
+           "cublasLtMatmul");
+}
+
+// The dtype both GEMM operands are brought to: the shared half type when they agree, else f32
+// (widening is exact; no operand is ever rounded down).
+static DType compute_dtype(DType x, DType w) {
+  if (x == w && (x == DType::kBF16 || x == DType::kF16 || x == DType::kF32)) return x;
+  return DType::kF32;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  require_cuda(x, "linear", "x");
+  require_cuda(w, "linear", "w");
+  require_same_device(x, w, "linear");
+  H3_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1), ErrorCode::kInvalidArgument,
+           "ops::linear: x ", shape_str(x.shape()), " and w ", shape_str(w.shape()),
+           " do not match (expected x [..., K] and w [N, K])");
+  const int64_t N = w.size(0), K = w.size(1);
+  if (bias) {
+    require_cuda(*bias, "linear", "bias");
+    H3_CHECK(bias->numel() == N, ErrorCode::kInvalidArgument, "ops::linear: bias ",
+             shape_str(bias->shape()), " does not match ", N, " outputs");
+  }
+  set_device_of(x);
+  const DType out_t = x.dtype();
+  H3_CHECK(out_t == DType::kF32 || out_t == DType::kBF16 || out_t == DType::kF16,
+           ErrorCode::kUnsupported, "ops::linear: x dtype ", dtype_name(out_t), " on CUDA");
+  const DType ct = compute_dtype(x.dtype(), w.dtype());
+  const Tensor xc = as_dtype(x, ct);
+  const Tensor wc = as_dtype(w, ct);
+  const int64_t M = K ? x.numel() / K : 0;
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = Tensor::empty(out_shape, out_t, x.device());
+  if (out.numel() == 0) return out;
+  const GemmOperand A{xc.raw(), ct, K, false, 0};
+  const GemmOperand B{wc.raw(), ct, K, true, 0};
+  const bool fuse_bias = bias && bias->dtype() == out_t && fusion_enabled("GEMM_BIAS");
+  const bool direct = (ct == out_t) && (!bias || fuse_bias);
+  if (K == 0) {
+    // An empty reduction: zeros plus bias.
+    Tensor acc = Tensor::zeros({M, N}, DType::kF32, x.device());
+    bias_add_cast(static_cast<const float*>(acc.raw()), N, bias, false, out.raw(), out_t, N, M, N);
+    return out;
+  }
+  if (direct) {
+    const Tensor bc = fuse_bias ? contiguous(*bias) : Tensor();
+    gemm(M, N, K, A, B, out.raw(), out_t, N, 0, 1, fuse_bias ? bc.raw() : nullptr, x.device().index);
+    return out;
+  }
+  // Float32 result first, then bias and one rounding to the output dtype.
+  Tensor acc = Tensor::empty({M, N}, DType::kF32, x.device());
+  gemm(M, N, K, A, B, acc.raw(), DType::kF32, N, 0, 1, nullptr, x.device().index);
+  bias_add_cast(static_cast<const float*>(acc.raw()), N, bias, false, out.raw(), out_t, N, M, N);
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  require_cuda(a, "matmul", "a");
+  require_cuda(b, "matmul", "b");
+  require_same_device(a, b, "matmul");
+  H3_CHECK((a.dim() == 3 || a.dim() == 2) && (b.dim() == 3 || b.dim() == 2), ErrorCode::kInvalidArgument,
+           "ops::matmul: expected a [B, M, K] and b [B, K, N] or [K, N], got ", shape_str(a.shape()),
+           " and ", shape_str(b.shape()));
+  const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
+  const int64_t M = a.size(-2), K = a.size(-1);
+  const int64_t N = b.size(-1);
+  H3_CHECK(b.size(-2) == K && (b.dim() == 2 || b.size(0) == batch), ErrorCode::kInvalidArgument,
+           "ops::matmul: a ", shape_str(a.shape()), " and b ", shape_str(b.shape()), " do not match");
+  H3_CHECK(a.dim() == 3 || b.dim() == 2, ErrorCode::kInvalidArgument,
+           "ops::matmul: a 2-D a needs a 2-D b, got ", shape_str(b.shape()));
+  set_device_of(a);
+  const DType out_t = a.dtype();
+  const DType ct = compute_dtype(a.dtype(), b.dtype());
+  const Tensor ac = as_dtype(a, ct);
+  const Tensor bc = as_dtype(b, ct);
+  Shape out_shape = a.shape();
+  out_shape.back() = N;
+  Tensor out = Tensor::empty(out_shape, out_t, a.device());
+  if (out.numel() == 0) return out;
+  if (K == 0) {
+    Tensor z = Tensor::zeros({batch * M, N}, DType::kF32, a.device());
+    bias_add_cast(static_cast<const float*>(z.raw()), N, nullptr, false, out.raw(), out_t, N,
+                  batch * M, N);
+    return out;
+  }
+  const GemmOperand A{ac.raw(), ct, K, false, M * K};
+  const GemmOperand B{bc.raw(), ct, N, false, b.dim() == 3 ? K * N : 0};
+  if (ct == out_t) {
+    gemm(M, N, K, A, B, out.raw(), out_t, N, M * N, batch, nullptr, a.device().index);
+    return out;
+  }
+  Tensor acc = Tensor::empty({batch * M, N}, DType::kF32, a.device());
+  gemm(M, N, K, A, B, acc.raw(), DType::kF32, N, M * N, batch, nullptr, a.device().index);
+  bias_add_cast(static_cast<const float*>(acc.raw()), N, nullptr, false, out.raw(), out_t, N,
+                batch * M, N);
+  return out;
+}
+
+}  // namespace h3::ops::cuda

@@ -1,0 +1,367 @@
+// Normalizations on CUDA: rms_norm (also per head), layer_norm, group_norm, and two fused kernels
+// of the DiT block (h3_dit_spec.md, block structure): RMSNorm followed by AdaLN modulation
+// (rms_norm_modulate) and the per-head QK RMSNorm followed by RoPE (qk_norm_rope).
+//
+// Row kernels give each row to one warp: the DiT's rows are 5,376 wide (hidden) or 128 (a head),
+// and a warp per row keeps every multiprocessor busy for either. Statistics are accumulated in
+// float32 per lane and combined by shuffles; the fused kernels round once, where the plain path
+// rounds after each op (their switch H3_FUSE_*=0 restores the plain path).
+#include <cmath>
+
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/cuda_internal.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/elementwise_util.cuh"
+
+namespace h3::ops::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+struct RowArgs {
+  const void* x;
+  int xt;
+  void* out;
+  int ot;
+  int64_t rows;
+  int64_t cols;
+  float eps;
+  const void* w;  // may be null
+  int wt;
+  const void* b;  // layer_norm bias, may be null
+  int bt;
+  // Modulation (rms_norm_modulate): scale/shift [tables, cols] picked by idx[row].
+  const void* scale;
+  int sct;
+  const void* shift;
+  int sht;
+  IndexPtr idx;
+  int64_t tables;
+  int* bad;
+};
+
+__device__ __forceinline__ float rms_inv(const RowArgs& a, int64_t row, int lane) {
+  float ss = 0.0f;
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    const float v = ld(a.x, a.xt, row * a.cols + c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(a.cols) + a.eps);
+}
+
+// mode 0: rms_norm; 1: rms_norm then modulate (fused).
+__global__ void rms_rows_kernel(RowArgs a, int mode) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= a.rows) return;
+  const float inv = rms_inv(a, row, lane);
+  int64_t t = 0;
+  if (mode == 1) {
+    t = a.idx[row];
+    if (t < 0 || t >= a.tables) {
+      if (lane == 0) *a.bad = 1;
+      return;
+    }
+  }
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    float v = ld(a.x, a.xt, row * a.cols + c) * inv;
+    if (a.w) v *= ld(a.w, a.wt, c);
+    if (mode == 1) v = v * (1.0f + ld(a.scale, a.sct, t * a.cols + c)) + ld(a.shift, a.sht, t * a.cols + c);
+    st(a.out, a.ot, row * a.cols + c, v);
+  }
+}
+
+__global__ void layer_norm_kernel(RowArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= a.rows) return;
+  float s = 0.0f;
+  for (int64_t c = lane; c < a.cols; c += 32) s += ld(a.x, a.xt, row * a.cols + c);
+  const float mean = warp_sum(s) / static_cast<float>(a.cols);
+  float ss = 0.0f;
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    const float d = ld(a.x, a.xt, row * a.cols + c) - mean;
+    ss += d * d;
+  }
+  const float inv = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(a.cols) + a.eps);
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    float v = (ld(a.x, a.xt, row * a.cols + c) - mean) * inv;
+    if (a.w) v *= ld(a.w, a.wt, c);
+    if (a.b) v += ld(a.b, a.bt, c);
+    st(a.out, a.ot, row * a.cols + c, v);
+  }
+}
+
+// QK-norm + RoPE on x [S, H, D] rows (one row = one head of one token): RMSNorm with weight [D],
+// then rotate-half on the first `rot` channels with cos/sin [S, rot]. The normalized row is kept
+// in shared memory so each lane can read its rotation partner.
+__global__ void qk_norm_rope_kernel(RowArgs a, int64_t heads, const void* cs, int cst, const void* sn,
+                                    int snt, int64_t rot) {
+  extern __shared__ float row_buf[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp;
+  if (row >= a.rows) return;
+  float* buf = row_buf + warp * a.cols;
+  const float inv = rms_inv(a, row, lane);
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    float v = ld(a.x, a.xt, row * a.cols + c) * inv;
+    if (a.w) v *= ld(a.w, a.wt, c);
+    buf[c] = v;
+  }
+  __syncwarp();
+  const int64_t s = row / heads;
+  const int64_t half = rot / 2;
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    const float v = buf[c];
+    float r = v;
+    if (c < half) {
+      r = v * ld(cs, cst, s * rot + c) - buf[c + half] * ld(sn, snt, s * rot + c);
+    } else if (c < rot) {
+      r = v * ld(cs, cst, s * rot + c) + buf[c - half] * ld(sn, snt, s * rot + c);
+    }
+    st(a.out, a.ot, row * a.cols + c, r);
+  }
+}
+
+// group_norm statistics: sum and sum of squares per (n, group) in float64 (a group can hold
+// hundreds of millions of elements in the video VAE).
+__global__ void group_stats_kernel(const void* x, int xt, int64_t group_elems, int64_t chunk,
+                                   double* stats) {
+  const int64_t g = blockIdx.y;
+  const int64_t begin = blockIdx.x * chunk;
+  const int64_t end = min(group_elems, begin + chunk);
+  const int64_t base = g * group_elems;
+  double s = 0.0, ss = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = ld(x, xt, base + i);
+    s += v;
+    ss += v * v;
+  }
+  __shared__ double red[2][32];
+  for (int o = 16; o > 0; o >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    red[0][warp] = s;
+    red[1][warp] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double ts = 0, tss = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+      ts += red[0][w];
+      tss += red[1][w];
+    }
+    atomicAdd(&stats[2 * g], ts);
+    atomicAdd(&stats[2 * g + 1], tss);
+  }
+}
+
+__global__ void group_apply_kernel(const void* x, int xt, void* out, int ot, const double* stats,
+                                   int64_t n, int64_t channels, int64_t spatial, int64_t groups,
+                                   float eps, const void* w, int wt, const void* b, int bt) {
+  const int64_t cpg = channels / groups;
+  const double count = static_cast<double>(cpg * spatial);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (i / spatial) % channels;
+    const int64_t nb = i / (spatial * channels);
+    const int64_t g = nb * groups + c / cpg;
+    const double mean = stats[2 * g] / count;
+    double var = stats[2 * g + 1] / count - mean * mean;
+    if (var < 0) var = 0;
+    const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    float v = (ld(x, xt, i) - static_cast<float>(mean)) * inv;
+    if (w) v *= ld(w, wt, c);
+    if (b) v += ld(b, bt, c);
+    st(out, ot, i, v);
+  }
+}
+
+void check_float(const Tensor& t, const char* op, const char* name) {
+  H3_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
+           ErrorCode::kUnsupported, "ops::", op, ": ", name, " dtype ", dtype_name(t.dtype()),
+           " is not supported on CUDA (expected f32, bf16 or f16)");
+}
+
+// Common setup of the row kernels: x contiguous, output allocated, affine parameters checked.
+struct RowSetup {
+  Tensor x, out, w, b;
+  RowArgs a{};
+};
+
+RowSetup row_setup(const Tensor& x_in, const Tensor* weight, const Tensor* bias, float eps,
+                   const char* op) {
+  require_cuda(x_in, op, "x");
+  check_float(x_in, op, "x");
+  H3_CHECK(x_in.dim() >= 1, ErrorCode::kInvalidArgument, "ops::", op, ": x is a scalar");
+  set_device_of(x_in);
+  RowSetup s;
+  s.x = contiguous(x_in);
+  const int64_t cols = s.x.size(-1);
+  for (const Tensor* p : {weight, bias}) {
+    if (!p) continue;
+    require_cuda(*p, op, "weight/bias");
+    require_same_device(x_in, *p, op);
+    check_float(*p, op, "weight/bias");
+    H3_CHECK(p->numel() == cols, ErrorCode::kInvalidArgument, "ops::", op, ": weight/bias ",
+             shape_str(p->shape()), " does not match the last dim of x ", shape_str(x_in.shape()));
+  }
+  if (weight) s.w = contiguous(*weight);
+  if (bias) s.b = contiguous(*bias);
+  s.out = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+  s.a.x = s.x.raw();
+  s.a.xt = dtype_code(s.x.dtype());
+  s.a.out = s.out.numel() ? s.out.raw() : nullptr;
+  s.a.ot = dtype_code(s.out.dtype());
+  s.a.cols = cols;
+  s.a.rows = cols ? s.x.numel() / cols : 0;
+  s.a.eps = eps;
+  s.a.w = weight ? s.w.raw() : nullptr;
+  s.a.wt = weight ? dtype_code(s.w.dtype()) : 0;
+  s.a.b = bias ? s.b.raw() : nullptr;
+  s.a.bt = bias ? dtype_code(s.b.dtype()) : 0;
+  return s;
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+template <typename Launch>
+void with_index_check(const char* op, int64_t tables, Device device, RowArgs& a, Launch&& launch) {
+  Tensor flag = Tensor::zeros({1}, DType::kI32, device);
+  a.bad = static_cast<int*>(flag.raw());
+  launch();
+  check_launch(op);
+  int host = 0;
+  H3_CUDA_CHECK(cudaMemcpy(&host, a.bad, sizeof(int), cudaMemcpyDeviceToHost));
+  H3_CHECK(host == 0, ErrorCode::kInvalidArgument, "ops::", op, ": an index is outside the ", tables,
+           " table rows");
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) {
+  RowSetup s = row_setup(x, weight, nullptr, eps, "rms_norm");
+  if (s.a.rows == 0 || s.a.cols == 0) return s.out;
+  rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
+  check_launch("rms_norm");
+  return s.out;
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps) {
+  RowSetup s = row_setup(x, weight, bias, eps, "layer_norm");
+  if (s.a.rows == 0 || s.a.cols == 0) return s.out;
+  layer_norm_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a);
+  check_launch("layer_norm");
+  return s.out;
+}
+
+Tensor group_norm(const Tensor& x_in, int groups, const Tensor* weight, const Tensor* bias, float eps) {
+  require_cuda(x_in, "group_norm", "x");
+  check_float(x_in, "group_norm", "x");
+  H3_CHECK(x_in.dim() >= 2 && groups > 0 && x_in.size(1) % groups == 0, ErrorCode::kInvalidArgument,
+           "ops::group_norm: x ", shape_str(x_in.shape()), " cannot be split into ", groups,
+           " groups over dim 1");
+  const int64_t channels = x_in.size(1);
+  for (const Tensor* p : {weight, bias}) {
+    if (!p) continue;
+    require_cuda(*p, "group_norm", "weight/bias");
+    check_float(*p, "group_norm", "weight/bias");
+    H3_CHECK(p->numel() == channels, ErrorCode::kInvalidArgument, "ops::group_norm: weight/bias ",
+             shape_str(p->shape()), " does not match ", channels, " channels");
+  }
+  set_device_of(x_in);
+  const Tensor x = contiguous(x_in);
+  const Tensor w = weight ? contiguous(*weight) : Tensor();
+  const Tensor b = bias ? contiguous(*bias) : Tensor();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n == 0) return out;
+  const int64_t batch = x.size(0);
+  const int64_t spatial = n / (batch * channels);
+  const int64_t group_elems = (channels / groups) * spatial;
+  Tensor stats = Tensor::zeros({batch * groups, 2}, DType::kF64, x.device());
+  const int64_t chunk = 16384;
+  const int64_t chunks = (group_elems + chunk - 1) / chunk;
+  H3_CHECK(batch * groups <= 65535, ErrorCode::kUnsupported, "ops::group_norm: ", batch * groups,
+           " (batch x groups) exceeds one launch");
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(batch * groups));
+  group_stats_kernel<<<grid, 256, 0, current_stream()>>>(x.raw(), dtype_code(x.dtype()), group_elems,
+                                                          chunk, static_cast<double*>(stats.raw()));
+  check_launch("group_norm stats");
+  group_apply_kernel<<<grid_for(n, 256), 256, 0, current_stream()>>>(
+      x.raw(), dtype_code(x.dtype()), out.raw(), dtype_code(out.dtype()),
+      static_cast<const double*>(stats.raw()), n, channels, spatial, groups, eps,
+      weight ? w.raw() : nullptr, weight ? dtype_code(w.dtype()) : 0, bias ? b.raw() : nullptr,
+      bias ? dtype_code(b.dtype()) : 0);
+  check_launch("group_norm");
+  return out;
+}
+
+Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale_t,
+                         const Tensor& shift_t, const Tensor& idx_in) {
+  if (!fusion_enabled("RMSNORM_MODULATE")) {
+    return modulate(rms_norm(x, weight, eps), scale_t, shift_t, idx_in);
+  }
+  for (const Tensor* t : {&scale_t, &shift_t, &idx_in}) require_cuda(*t, "rms_norm_modulate", "input");
+  check_float(scale_t, "rms_norm_modulate", "scale");
+  check_float(shift_t, "rms_norm_modulate", "shift");
+  H3_CHECK(x.dim() == 2 && scale_t.dim() == 2 && shift_t.shape() == scale_t.shape() &&
+               scale_t.size(1) == x.size(1) && idx_in.numel() == x.size(0),
+           ErrorCode::kInvalidArgument,
+           "ops::rms_norm_modulate: expected x [S, C], scale/shift [T, C], idx [S]; got x ",
+           shape_str(x.shape()), ", scale ", shape_str(scale_t.shape()), ", shift ",
+           shape_str(shift_t.shape()), ", idx ", shape_str(idx_in.shape()));
+  H3_CHECK(idx_in.dtype() == DType::kI64 || idx_in.dtype() == DType::kI32, ErrorCode::kInvalidArgument,
+           "ops::rms_norm_modulate: index dtype ", dtype_name(idx_in.dtype()), " (expected i32 or i64)");
+  RowSetup s = row_setup(x, weight, nullptr, eps, "rms_norm_modulate");
+  if (s.a.rows == 0 || s.a.cols == 0) return s.out;
+  const Tensor sc = contiguous(scale_t), sh = contiguous(shift_t), idx = contiguous(idx_in);
+  s.a.scale = sc.raw();
+  s.a.sct = dtype_code(sc.dtype());
+  s.a.shift = sh.raw();
+  s.a.sht = dtype_code(sh.dtype());
+  s.a.idx.ptr = idx.raw();
+  s.a.idx.is64 = idx.dtype() == DType::kI64;
+  s.a.tables = sc.size(0);
+  with_index_check("rms_norm_modulate", s.a.tables, s.x.device(), s.a, [&] {
+    rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
+  });
+  return s.out;
+}
+
+Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos_t,
+                    const Tensor& sin_t, int rotary_dim) {
+  if (!fusion_enabled("QKNORM_ROPE")) return rope(rms_norm(x, weight, eps), cos_t, sin_t, rotary_dim);
+  require_cuda(cos_t, "qk_norm_rope", "cos");
+  require_cuda(sin_t, "qk_norm_rope", "sin");
+  check_float(cos_t, "qk_norm_rope", "cos");
+  check_float(sin_t, "qk_norm_rope", "sin");
+  H3_CHECK(x.dim() == 3 && rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= x.size(2) &&
+               cos_t.numel() == x.size(0) * rotary_dim && sin_t.numel() == cos_t.numel(),
+           ErrorCode::kInvalidArgument, "ops::qk_norm_rope: expected x [S, H, D], cos/sin [S, ",
+           rotary_dim, "] with an even rotary_dim <= D; got x ", shape_str(x.shape()), ", cos ",
+           shape_str(cos_t.shape()), ", sin ", shape_str(sin_t.shape()));
+  H3_CHECK(x.size(2) <= 4096, ErrorCode::kUnsupported, "ops::qk_norm_rope: head dim ", x.size(2),
+           " above 4096");
+  RowSetup s = row_setup(x, weight, nullptr, eps, "qk_norm_rope");
+  if (s.a.rows == 0 || s.a.cols == 0) return s.out;
+  const Tensor cs = contiguous(cos_t), sn = contiguous(sin_t);
+  const size_t smem = static_cast<size_t>(kWarpsPerBlock) * s.a.cols * sizeof(float);
+  if (smem > 48 * 1024) {
+    H3_CUDA_CHECK(cudaFuncSetAttribute(qk_norm_rope_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  }
+  qk_norm_rope_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, smem, current_stream()>>>(
+      s.a, x.size(1), cs.raw(), dtype_code(cs.dtype()), sn.raw(), dtype_code(sn.dtype()), rotary_dim);
+  check_launch("qk_norm_rope");
+  return s.out;
+}
+
+}  // namespace h3::ops::cuda

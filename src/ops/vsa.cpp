@@ -1,0 +1,21 @@
+// Dispatch of the VSA-H3 attention op.
+#include "ops/vsa.h"
+
+#include "core/status.h"
+
+namespace h3::ops {
+
+Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g,
+                     const VsaGeometry& geometry, const VsaOptions& options, VsaTrace* trace) {
+  H3_CHECK(q.dim() == 3 && k.shape() == q.shape() && v.shape() == q.shape(),
+           ErrorCode::kInvalidArgument, "vsa_attention: q ", shape_str(q.shape()), ", k ",
+           shape_str(k.shape()), ", v ", shape_str(v.shape()), " must all be [S, H, D]");
+  H3_CHECK(q.size(0) == geometry.seq_len, ErrorCode::kInvalidArgument, "vsa_attention: ",
+           q.size(0), " rows, but the tiling was built for ", geometry.seq_len);
+  H3_CHECK(options.sparsity >= 0.0 && options.sparsity < 1.0, ErrorCode::kInvalidArgument,
+           "VSA sparsity ", options.sparsity, " is outside [0, 1)");
+  if (q.device().is_cpu()) return cpu::vsa_attention(q, k, v, g, geometry, options, trace);
+  fail(ErrorCode::kUnsupported, "vsa_attention on ", q.device().str(), " is not implemented yet");
+}
+
+}  // namespace h3::ops

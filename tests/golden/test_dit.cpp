@@ -1,0 +1,147 @@
+// DiT parity against the golden `dit` cases (one transformer forward each, with the exact packed
+// inputs the reference pipeline passed): float32 at rel_max/rel_l2 <= 1e-5 (TOLERANCES.md) for
+// the velocities and every stored intermediate, then the bf16-emulation figures, which are the
+// floor GPU results are judged against (printed per tensor; only a sanity bound is enforced).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "models/h3_dit/dit_model.h"
+#include "support/golden.h"
+
+namespace h3 {
+namespace {
+
+constexpr double kF32Bound = 1e-5;       // TOLERANCES.md: CPU float32 engine vs float32 golden
+constexpr double kBf16SanityL2 = 5e-2;   // bf16 emulation: not a parity bound, a sanity check
+
+std::string partition_of(const test::GoldenCase& c) {
+  const auto& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
+  if (meta.is_object() && meta.contains("transformer") && meta["transformer"].is_string()) {
+    return meta["transformer"].get<std::string>();
+  }
+  return "transformer";
+}
+
+// One model per (partition, precision, rounding), loaded on first use.
+const dit::DitModel& model_for(const std::string& partition, dit::DitPrecision precision,
+                               dit::DitRounding rounding) {
+  static std::map<std::string, std::unique_ptr<dit::DitModel>> cache;
+  const std::string key = partition + "/" + dit::precision_name(precision) +
+                          (rounding == dit::DitRounding::kEager ? "/eager" : "/fused");
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    dit::DitOptions opt;
+    opt.precision = precision;
+    opt.rounding = rounding;
+    const std::string dir = test::Golden::get()->checkpoint_dir() + "/" + partition;
+    it = cache.emplace(key, std::make_unique<dit::DitModel>(dit::DitModel::load(dir, opt))).first;
+  }
+  return *it->second;
+}
+
+struct CaseData {
+  std::shared_ptr<io::SafetensorsFile> file;
+  dit::DitInputs in;
+  Tensor get(const std::string& name) const { return file->tensor(name); }
+  bool has(const std::string& name) const { return file->has(name); }
+};
+
+CaseData read_case(const test::GoldenCase& c) {
+  CaseData d;
+  d.file = c.open();
+  d.in.hidden_states = d.get("in.hidden_states");
+  d.in.audio_hidden_states = d.get("in.audio_hidden_states");
+  d.in.encoder_hidden_states = d.get("in.encoder_hidden_states");
+  d.in.timestep = d.get("in.timestep");
+  d.in.timestep_indices = d.get("in.timestep_indices");
+  d.in.token_tags = d.get("in.token_tags");
+  d.in.position_ids = d.get("in.position_ids");
+  d.in.video_indices = d.get("in.video_indices");
+  d.in.audio_indices = d.get("in.audio_indices");
+  d.in.text_indices = d.get("in.text_indices");
+  return d;
+}
+
+Tensor host(const Tensor& t) { return t.to(Device::cpu()).to(DType::kF32); }
+
+// Every comparable tensor of one run: (golden name, our tensor).
+std::vector<std::pair<std::string, Tensor>> collect(const CaseData& d, const dit::DitOutputs& out,
+                                                    const dit::DitTrace& tr) {
+  std::vector<std::pair<std::string, Tensor>> v;
+  auto add = [&](const std::string& name, const Tensor& t) {
+    if (d.has(name) && t.defined()) v.emplace_back(name, host(t));
+  };
+  add("inter.temb", tr.temb);
+  add("inter.context_embedder_out", tr.context_embedder_out);
+  add("inter.token_refiner_out", tr.token_refiner_out);
+  add("inter.rope.0", tr.rope_cos);
+  add("inter.rope.1", tr.rope_sin);
+  for (size_t i = 0; i < tr.block_out.size(); ++i) {
+    add("inter.block" + std::to_string(i) + "_out", tr.block_out[i]);
+  }
+  add("inter.norm_out_out", tr.norm_out_out);
+  add("out.sample", out.video);
+  add("out.audio_sample", out.audio);
+  return v;
+}
+
+TEST(DitGolden, Float32Parity) {
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  int ran = 0, intermediates = 0;
+  for (const test::GoldenCase& c : cases) {
+    SCOPED_TRACE(c.file);
+    std::printf("[dit f32] %s (%s)\n", c.file.c_str(), partition_of(c).c_str());
+    const CaseData d = read_case(c);
+    const dit::DitModel& m =
+        model_for(partition_of(c), dit::DitPrecision::kF32, dit::DitRounding::kEager);
+    dit::DitTrace tr;
+    const dit::DitOutputs out = m.forward(d.in, &tr);
+    // The stored intermediates must all be matched by name, so a renamed golden tensor cannot
+    // silently drop out of the comparison.
+    size_t expected = 0;
+    for (const io::TensorInfo& info : d.file->tensors()) {
+      if (info.name.rfind("inter.", 0) == 0 || info.name.rfind("out.", 0) == 0) ++expected;
+    }
+    const auto pairs = collect(d, out, tr);
+    EXPECT_EQ(pairs.size(), expected) << "golden tensors without a counterpart in the trace";
+    for (const auto& [name, got] : pairs) {
+      test::expect_close("  " + name, got, d.get(name), kF32Bound, kF32Bound);
+      if (name.rfind("inter.", 0) == 0) ++intermediates;
+    }
+    ++ran;
+  }
+  std::printf("[dit f32] ran %d case(s), %d intermediate tensors compared\n", ran, intermediates);
+  EXPECT_GT(ran, 0);
+}
+
+// bf16 emulation (eager rounding points of the reference's bf16 run) and, for comparison, the
+// fused single-rounding ops a GPU engine may use. The eager figures are the floor of TOLERANCES.md's
+// GPU bound (GPU rel_l2 <= 3x this, per tensor, on the same case).
+void run_bf16(dit::DitRounding rounding, const char* label) {
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  int ran = 0;
+  for (const test::GoldenCase& c : cases) {
+    SCOPED_TRACE(c.file);
+    std::printf("[dit %s] %s (%s)\n", label, c.file.c_str(), partition_of(c).c_str());
+    const CaseData d = read_case(c);
+    const dit::DitModel& m = model_for(partition_of(c), dit::DitPrecision::kBF16, rounding);
+    dit::DitTrace tr;
+    const dit::DitOutputs out = m.forward(d.in, &tr);
+    for (const auto& [name, got] : collect(d, out, tr)) {
+      test::expect_close("  " + name, got, d.get(name), -1, kBf16SanityL2);
+    }
+    ++ran;
+  }
+  std::printf("[dit %s] ran %d case(s)\n", label, ran);
+}
+
+TEST(DitGolden, Bf16EmulationFloor) { run_bf16(dit::DitRounding::kEager, "bf16-eager"); }
+
+TEST(DitGolden, Bf16FusedRounding) { run_bf16(dit::DitRounding::kFused, "bf16-fused"); }
+
+}  // namespace
+}  // namespace h3

@@ -1,0 +1,240 @@
+// GPU-only checks of the CUDA ops that the cross-backend harness (tests/ops) does not cover:
+// fusion switches restore the plain path, repeated runs give identical bytes, the flash and
+// generic attention kernels agree, bad indices are errors rather than faults, and strided views.
+// Every test skips visibly without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ops/cuda/attention_cuda.h"
+#include "ops/ops.h"
+
+namespace h3 {
+namespace {
+
+#define H3_REQUIRE_CUDA()                                                  \
+  do {                                                                     \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine"; \
+  } while (0)
+
+Tensor randn(const Shape& shape, DType t, uint64_t seed, float stddev = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> nd(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& x : v) x = nd(gen);
+  return Tensor::from_f32(v, shape, t);
+}
+
+Tensor to_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
+
+struct Diff {
+  double rel_l2 = 0, max_abs = 0;
+};
+Diff diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_f64_vector(), y = b.to_f64_vector();
+  EXPECT_EQ(x.size(), y.size());
+  double num = 0, den = 0, mx = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    const double d = x[i] - y[i];
+    num += d * d;
+    den += y[i] * y[i];
+    mx = std::max(mx, std::fabs(d));
+  }
+  return {den > 0 ? std::sqrt(num / den) : std::sqrt(num), mx};
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  return x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+}
+
+// Sets an environment variable for the scope of one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+TEST(CudaFusion, RmsNormModulateSwitchRestoresPlainPath) {
+  H3_REQUIRE_CUDA();
+  const Tensor x = to_gpu(randn({300, 512}, DType::kBF16, 1));
+  const Tensor w = to_gpu(randn({512}, DType::kBF16, 2, 0.1f));
+  const Tensor sc = to_gpu(randn({6, 512}, DType::kBF16, 3, 0.3f));
+  const Tensor sh = to_gpu(randn({6, 512}, DType::kBF16, 4, 0.3f));
+  std::vector<int64_t> iv(300);
+  for (int i = 0; i < 300; ++i) iv[i] = (i * 5) % 6;
+  const Tensor idx = to_gpu(Tensor::from_i64(iv, {300}));
+  const Tensor fused = ops::rms_norm_modulate(x, &w, 1e-5f, sc, sh, idx);
+  Tensor plain;
+  {
+    ScopedEnv off("H3_FUSE_RMSNORM_MODULATE", "0");
+    plain = ops::rms_norm_modulate(x, &w, 1e-5f, sc, sh, idx);
+  }
+  const Tensor manual = ops::modulate(ops::rms_norm(x, &w, 1e-5f), sc, sh, idx);
+  EXPECT_TRUE(same_bytes(plain, manual)) << "switch off must give exactly the plain composition";
+  const Diff d = diff(fused, plain);
+  std::printf("rms_norm_modulate fused vs plain (bf16): rel_l2=%.3e max_abs=%.3e (bound 1e-2)\n", d.rel_l2,
+              d.max_abs);
+  EXPECT_LE(d.rel_l2, 1e-2);
+  EXPECT_GT(d.rel_l2, 0.0) << "fused and plain paths round differently; identical bytes mean the switch did nothing";
+}
+
+TEST(CudaFusion, QkNormRopeSwitchRestoresPlainPath) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 257, h = 8, d = 128;
+  const int rot = 96;
+  const Tensor x = to_gpu(randn({s, h, d}, DType::kBF16, 5));
+  const Tensor w = to_gpu(randn({d}, DType::kBF16, 6, 0.2f));
+  std::vector<float> cs(s * rot), sn(s * rot);
+  for (int64_t i = 0; i < s; ++i)
+    for (int k = 0; k < rot; ++k) {
+      const float a = 0.01f * static_cast<float>(i) * static_cast<float>(k % (rot / 2) + 1);
+      cs[i * rot + k] = std::cos(a);
+      sn[i * rot + k] = std::sin(a);
+    }
+  const Tensor c = to_gpu(Tensor::from_f32(cs, {s, rot}));
+  const Tensor sn_t = to_gpu(Tensor::from_f32(sn, {s, rot}));
+  const Tensor fused = ops::qk_norm_rope(x, &w, 1e-5f, c, sn_t, rot);
+  Tensor plain;
+  {
+    ScopedEnv off("H3_FUSED", "0");
+    plain = ops::qk_norm_rope(x, &w, 1e-5f, c, sn_t, rot);
+  }
+  EXPECT_TRUE(same_bytes(plain, ops::rope(ops::rms_norm(x, &w, 1e-5f), c, sn_t, rot)));
+  // Float32 oracle on the CPU, same bf16-valued inputs.
+  const Tensor wf = w.to(Device::cpu()).to(DType::kF32);
+  const Tensor ref = ops::qk_norm_rope(x.to(Device::cpu()).to(DType::kF32), &wf, 1e-5f, c.to(Device::cpu()),
+                                       sn_t.to(Device::cpu()), rot);
+  const Diff dd = diff(fused, plain), dr = diff(fused, ref), pr = diff(plain, ref);
+  std::printf("qk_norm_rope bf16: fused vs plain rel_l2=%.3e; vs f32 CPU: fused %.3e, plain %.3e (bound 1e-2)\n",
+              dd.rel_l2, dr.rel_l2, pr.rel_l2);
+  EXPECT_LE(dd.rel_l2, 1e-2);
+  EXPECT_LE(dr.rel_l2, 1e-2);
+  EXPECT_LE(dr.rel_l2, pr.rel_l2 * 1.5) << "one rounding should not be less accurate than two";
+}
+
+TEST(CudaFusion, SwigluAndGatedResidualSwitches) {
+  H3_REQUIRE_CUDA();
+  const Tensor x = to_gpu(randn({100, 2 * 320}, DType::kBF16, 7));
+  const Tensor fused = ops::swiglu(x);
+  Tensor plain;
+  {
+    ScopedEnv off("H3_FUSE_SWIGLU", "0");
+    plain = ops::swiglu(x);
+  }
+  const Diff d = diff(fused, plain);
+  std::printf("swiglu fused vs plain (bf16): rel_l2=%.3e (bound 1e-2)\n", d.rel_l2);
+  EXPECT_LE(d.rel_l2, 1e-2);
+
+  const Tensor res = to_gpu(randn({100, 320}, DType::kBF16, 8));
+  const Tensor br = to_gpu(randn({100, 320}, DType::kBF16, 9));
+  const Tensor gate = to_gpu(randn({3, 320}, DType::kBF16, 10));
+  std::vector<int64_t> iv(100);
+  for (int i = 0; i < 100; ++i) iv[i] = i % 3;
+  const Tensor idx = to_gpu(Tensor::from_i64(iv, {100}));
+  const Tensor gf = ops::gated_residual(res, br, gate, idx);
+  Tensor gp;
+  {
+    ScopedEnv off("H3_FUSE_GATED_RESIDUAL", "0");
+    gp = ops::gated_residual(res, br, gate, idx);
+  }
+  const Diff g = diff(gf, gp);
+  std::printf("gated_residual fused vs plain (bf16): rel_l2=%.3e (bound 1e-2)\n", g.rel_l2);
+  EXPECT_LE(g.rel_l2, 1e-2);
+}
+
+TEST(CudaAttention, FlashAgreesWithGenericAndIsDeterministic) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 1000, h = 4, d = 128;
+  const Tensor q = to_gpu(randn({s, h, d}, DType::kBF16, 11));
+  const Tensor k = to_gpu(randn({s, h, d}, DType::kBF16, 12));
+  const Tensor v = to_gpu(randn({s, h, d}, DType::kBF16, 13));
+  ASSERT_EQ(ops::cuda::attention_path(q, k, v, nullptr), ops::cuda::AttentionPath::kFlash);
+  const Tensor a = ops::attention(q, k, v);
+  const Tensor b = ops::attention(q, k, v);
+  EXPECT_TRUE(same_bytes(a, b)) << "two runs of the flash kernel differ";
+  Tensor g;
+  {
+    ScopedEnv generic("H3_ATTN_GENERIC", "1");
+    g = ops::attention(q, k, v);
+  }
+  // Float32 CPU oracle on the same (bf16-valued) inputs.
+  const Tensor ref = ops::attention(q.to(Device::cpu()).to(DType::kF32), k.to(Device::cpu()).to(DType::kF32),
+                                    v.to(Device::cpu()).to(DType::kF32));
+  const Diff df = diff(a, ref), dg = diff(g, ref);
+  std::printf("attention s=%lld h=%lld d=%lld bf16: flash rel_l2=%.3e, generic rel_l2=%.3e vs f32 CPU (bound 1e-2)\n",
+              static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d), df.rel_l2, dg.rel_l2);
+  EXPECT_LE(df.rel_l2, 1e-2);
+  EXPECT_LE(dg.rel_l2, 1e-2);
+}
+
+TEST(CudaAttention, StridedQkvViewsMatchContiguous) {
+  H3_REQUIRE_CUDA();
+  // q, k, v as views of one fused projection [S, 3, H, D], the layout a fused QKV GEMM produces.
+  const int64_t s = 190, h = 4, d = 64;
+  const Tensor qkv = to_gpu(randn({s, 3, h, d}, DType::kBF16, 14));
+  const Tensor q = qkv.select(1, 0), k = qkv.select(1, 1), v = qkv.select(1, 2);
+  const Tensor a = ops::attention(q, k, v);
+  const Tensor b = ops::attention(ops::copy(q), ops::copy(k), ops::copy(v));
+  EXPECT_TRUE(same_bytes(a, b));
+}
+
+TEST(CudaErrors, OutOfRangeIndexIsAnError) {
+  H3_REQUIRE_CUDA();
+  const Tensor x = to_gpu(randn({4, 8}, DType::kF32, 15));
+  const Tensor sc = to_gpu(randn({2, 8}, DType::kF32, 16));
+  const Tensor idx = to_gpu(Tensor::from_i64({0, 1, 2, 0}, {4}));
+  try {
+    (void)ops::modulate(x, sc, sc, idx);
+    FAIL() << "modulate accepted index 2 into a 2-row table";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  try {
+    (void)ops::gather_rows(x, to_gpu(Tensor::from_i64({5}, {1})));
+    FAIL() << "gather_rows accepted row 5 of 4";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  // The device is still usable afterwards.
+  const Tensor y = ops::scale(x, 2.0f);
+  EXPECT_NEAR(y.to(Device::cpu()).item_as_double({0, 0}), 2.0 * x.to(Device::cpu()).item_as_double({0, 0}), 1e-6);
+}
+
+TEST(CudaLayout, StridedCopyConcatAndCast) {
+  H3_REQUIRE_CUDA();
+  const Tensor x = randn({5, 6, 7}, DType::kF32, 17);
+  const Tensor g = to_gpu(x);
+  const Tensor t = ops::copy(g.permute({2, 0, 1}));
+  EXPECT_TRUE(same_bytes(t, x.permute({2, 0, 1}).contiguous()));
+  const Tensor c = ops::concat({g.slice(1, 0, 2), g.slice(1, 2, 6)}, 1);
+  EXPECT_TRUE(same_bytes(c, x));
+  const Tensor h = ops::cast(g, DType::kBF16);
+  EXPECT_TRUE(same_bytes(h, x.to(DType::kBF16))) << "cast must round to nearest even like the CPU";
+}
+
+}  // namespace
+}  // namespace h3

@@ -1,0 +1,238 @@
+// Backend-ops cases aimed at the CUDA kernels: the flash-attention shapes (each head dim the
+// tensor-core kernel handles, causal, grouped-query, block-diagonal, ragged tails) and the generic
+// attention kernel (head dims 72 and 256, float32, additive masks), the fused ops of ops.h, and
+// GEMMs whose bias goes through cuBLASLt's epilogue. On the CPU each case also checks the oracle
+// against a naive float64 reference.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "backend_ops.h"
+#include "ops/ops.h"
+
+namespace h3::test::ops {
+namespace {
+
+struct AttnShape {
+  int64_t s, s_kv, hq, hkv, d;
+  bool causal = false;
+  std::vector<int64_t> cu = {};
+  bool mask = false;
+};
+
+// Naive float64 attention: exact softmax per (row, head); causal is top-left aligned (key j is
+// visible to query i when j <= i, within the segment for block-diagonal batches).
+std::vector<double> ref_attention(const std::vector<Tensor>& in, const AttnShape& a) {
+  const std::vector<double> q = f64(in[0]), k = f64(in[1]), v = f64(in[2]);
+  const std::vector<double> m = a.mask ? f64(in[3]) : std::vector<double>();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.d));
+  const int64_t group = a.hq / a.hkv;
+  std::vector<double> out(static_cast<size_t>(a.s * a.hq * a.d), 0.0);
+  std::vector<double> sc(static_cast<size_t>(a.s_kv));
+  for (int64_t i = 0; i < a.s; ++i) {
+    int64_t lo = 0, hi = a.s_kv;
+    for (size_t t = 0; t + 1 < a.cu.size(); ++t) {
+      if (i >= a.cu[t] && i < a.cu[t + 1]) {
+        lo = a.cu[t];
+        hi = a.cu[t + 1];
+      }
+    }
+    for (int64_t h = 0; h < a.hq; ++h) {
+      const int64_t hk = h / group;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = lo; j < hi; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < a.d; ++c) dot += q[(i * a.hq + h) * a.d + c] * k[(j * a.hkv + hk) * a.d + c];
+        dot *= scale;
+        if (a.mask) dot += m[i * a.s_kv + j];
+        if (a.causal && j - lo > i - lo) dot = -std::numeric_limits<double>::infinity();
+        sc[j] = dot;
+        mx = std::max(mx, dot);
+      }
+      double sum = 0;
+      for (int64_t j = lo; j < hi; ++j) {
+        sc[j] = std::isinf(sc[j]) ? 0.0 : std::exp(sc[j] - mx);
+        sum += sc[j];
+      }
+      for (int64_t j = lo; j < hi; ++j) {
+        const double pj = sc[j] / sum;
+        for (int64_t c = 0; c < a.d; ++c) out[(i * a.hq + h) * a.d + c] += pj * v[(j * a.hkv + hk) * a.d + c];
+      }
+    }
+  }
+  return out;
+}
+
+void add_attention(const std::string& tag, DType t, const AttnShape& a, bool large = false) {
+  OpCase c;
+  c.op = "attention";
+  c.name = "attention_" + tag + "_" + dtype_tag(t) + "_s" + std::to_string(a.s) + "_h" + std::to_string(a.hq) +
+           "x" + std::to_string(a.hkv) + "_d" + std::to_string(a.d);
+  c.dtype = t;
+  c.large = large;
+  c.make_inputs = [=](Rng& r) {
+    std::vector<Tensor> in = {r.normal_tensor({a.s, a.hq, a.d}, t), r.normal_tensor({a.s_kv, a.hkv, a.d}, t),
+                              r.normal_tensor({a.s_kv, a.hkv, a.d}, t)};
+    if (a.mask) {
+      // A mask that blocks about a quarter of the keys (never a whole row) and biases the rest.
+      std::vector<float> m = r.uniform(a.s * a.s_kv, -2.0f, 2.0f);
+      for (int64_t i = 0; i < a.s; ++i)
+        for (int64_t j = 1; j < a.s_kv; ++j)
+          if ((i * 7 + j * 3) % 4 == 0) m[i * a.s_kv + j] = -std::numeric_limits<float>::infinity();
+      in.push_back(Tensor::from_f32(m, {a.s, a.s_kv}));
+    }
+    return in;
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    h3::ops::AttentionParams p;
+    p.causal = a.causal;
+    p.cu_seqlens = a.cu;
+    return h3::ops::attention(in[0], in[1], in[2], p, a.mask ? &in[3] : nullptr);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) { return ref_attention(in, a); };
+  register_case(std::move(c));
+}
+
+// rms_norm over the last dim (weight may be absent), in float64.
+std::vector<double> ref_rms(const std::vector<double>& x, const std::vector<double>* w, int64_t cols, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / cols; ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < cols; ++c) ss += x[r * cols + c] * x[r * cols + c];
+    const double inv = 1.0 / std::sqrt(ss / cols + eps);
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * inv * (w ? (*w)[c] : 1.0);
+  }
+  return y;
+}
+
+void add_rms_norm_modulate(DType t, int64_t s, int64_t cdim, int64_t tables, bool weight) {
+  OpCase c;
+  c.op = "rms_norm_modulate";
+  c.name = "rms_norm_modulate_" + dtype_tag(t) + "_s" + std::to_string(s) + "_c" + std::to_string(cdim) +
+           (weight ? "_w" : "");
+  c.dtype = t;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({s, cdim}, t), r.uniform_tensor({tables, cdim}, t, -0.5f, 0.5f),
+                               r.uniform_tensor({tables, cdim}, t, -0.5f, 0.5f), r.indices(s, tables),
+                               r.uniform_tensor({cdim}, t, 0.5f, 1.5f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    return h3::ops::rms_norm_modulate(in[0], weight ? &in[4] : nullptr, 1e-5f, in[1], in[2], in[3]);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> w = f64(in[4]), sc = f64(in[1]), sh = f64(in[2]);
+    const std::vector<int64_t> idx = in[3].to_i64_vector();
+    std::vector<double> y = ref_rms(f64(in[0]), weight ? &w : nullptr, cdim, 1e-5);
+    for (int64_t r = 0; r < s; ++r)
+      for (int64_t k = 0; k < cdim; ++k) {
+        double& v = y[r * cdim + k];
+        v = v * (1.0 + sc[idx[r] * cdim + k]) + sh[idx[r] * cdim + k];
+      }
+    return y;
+  };
+  register_case(std::move(c));
+}
+
+void add_qk_norm_rope(DType t, int64_t s, int64_t h, int64_t d, int rot) {
+  OpCase c;
+  c.op = "qk_norm_rope";
+  c.name = "qk_norm_rope_" + dtype_tag(t) + "_s" + std::to_string(s) + "_h" + std::to_string(h) + "_d" +
+           std::to_string(d) + "_r" + std::to_string(rot);
+  c.dtype = t;
+  c.make_inputs = [=](Rng& r) {
+    std::vector<float> ang = r.uniform(s * rot / 2, -3.0f, 3.0f);
+    std::vector<float> cs(s * rot), sn(s * rot);
+    for (int64_t i = 0; i < s; ++i)
+      for (int k = 0; k < rot; ++k) {
+        const float a = ang[i * (rot / 2) + k % (rot / 2)];
+        cs[i * rot + k] = std::cos(a);
+        sn[i * rot + k] = std::sin(a);
+      }
+    return std::vector<Tensor>{r.normal_tensor({s, h, d}, t), r.uniform_tensor({d}, t, 0.5f, 1.5f),
+                               Tensor::from_f32(cs, {s, rot}), Tensor::from_f32(sn, {s, rot})};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    return h3::ops::qk_norm_rope(in[0], &in[1], 1e-5f, in[2], in[3], rot);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> w = f64(in[1]), cs = f64(in[2]), sn = f64(in[3]);
+    const std::vector<double> y = ref_rms(f64(in[0]), &w, d, 1e-5);
+    std::vector<double> out = y;
+    const int half = rot / 2;
+    for (int64_t i = 0; i < s; ++i)
+      for (int64_t hh = 0; hh < h; ++hh) {
+        const int64_t base = (i * h + hh) * d;
+        for (int k = 0; k < half; ++k) {
+          out[base + k] = y[base + k] * cs[i * rot + k] - y[base + k + half] * sn[i * rot + k];
+          out[base + k + half] = y[base + k + half] * cs[i * rot + k + half] + y[base + k] * sn[i * rot + k + half];
+        }
+      }
+    return out;
+  };
+  register_case(std::move(c));
+}
+
+void add_linear_bias(DType t, int64_t m, int64_t k, int64_t n) {
+  OpCase c;
+  c.op = "linear";
+  c.name = "linear_epilogue_" + dtype_tag(t) + "_m" + std::to_string(m) + "_k" + std::to_string(k) + "_n" +
+           std::to_string(n);
+  c.dtype = t;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.uniform_tensor({m, k}, t), r.uniform_tensor({n, k}, t, -0.5f, 0.5f),
+                               r.uniform_tensor({n}, t)};
+  };
+  c.run = [](const std::vector<Tensor>& in) { return h3::ops::linear(in[0], in[1], &in[2]); };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> x = f64(in[0]), w = f64(in[1]), b = f64(in[2]);
+    std::vector<double> y(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = b[j];
+        for (int64_t kk = 0; kk < k; ++kk) acc += x[i * k + kk] * w[j * k + kk];
+        y[i * n + j] = acc;
+      }
+    return y;
+  };
+  register_case(std::move(c));
+}
+
+void add_cases() {
+  // Flash kernel: every head dim, ragged tails (S not a multiple of the 128-row tile or 64-key tile).
+  add_attention("full", DType::kBF16, {200, 200, 4, 4, 128});
+  add_attention("full", DType::kBF16, {77, 150, 2, 2, 64});
+  add_attention("full", DType::kF16, {130, 130, 2, 2, 64});
+  add_attention("full", DType::kBF16, {65, 65, 4, 4, 32});
+  add_attention("full", DType::kF16, {33, 97, 4, 4, 16});
+  add_attention("causal_gqa", DType::kBF16, {150, 150, 8, 2, 128, true});
+  add_attention("causal_gqa", DType::kF16, {70, 70, 4, 2, 16, true});
+  add_attention("varlen", DType::kBF16, {260, 260, 2, 2, 64, false, {0, 64, 64, 193, 260}});
+  add_attention("varlen_causal", DType::kBF16, {200, 200, 4, 2, 32, true, {0, 129, 200}});
+  // Generic kernel: head dims 72 and 256, float32, masks.
+  add_attention("vision", DType::kBF16, {96, 96, 2, 2, 72, false, {0, 40, 96}});
+  add_attention("audio", DType::kF32, {50, 50, 1, 1, 256, true});
+  add_attention("mask", DType::kF32, {40, 45, 2, 1, 32, false, {}, true});
+  add_attention("mask", DType::kBF16, {40, 40, 2, 2, 64, false, {}, true});
+  add_attention("full", DType::kF32, {70, 70, 2, 2, 128});
+  if (large_enabled()) {
+    add_attention("dit_slice", DType::kBF16, {1500, 1500, 8, 8, 128}, true);
+    add_attention("qwen", DType::kBF16, {700, 700, 16, 2, 128, true}, true);
+    add_attention("vae", DType::kF16, {1024, 1024, 1, 1, 64}, true);
+  }
+
+  add_rms_norm_modulate(DType::kF32, 37, 96, 6, true);
+  add_rms_norm_modulate(DType::kBF16, 64, 200, 9, true);
+  add_rms_norm_modulate(DType::kBF16, 10, 64, 3, false);
+  add_qk_norm_rope(DType::kF32, 19, 4, 32, 24);
+  add_qk_norm_rope(DType::kBF16, 33, 3, 128, 96);
+  add_qk_norm_rope(DType::kF16, 8, 2, 64, 64);
+
+  add_linear_bias(DType::kBF16, 70, 96, 130);
+  add_linear_bias(DType::kF16, 33, 64, 48);
+  add_linear_bias(DType::kF32, 17, 40, 24);
+}
+
+H3_OPS_CASES(add_cases);
+
+}  // namespace
+}  // namespace h3::test::ops

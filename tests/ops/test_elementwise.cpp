@@ -1,0 +1,108 @@
+// Backend-ops cases: add and mul (broadcast over leading dims), scale and cast.
+#include <cmath>
+#include <string>
+
+#include "backend_ops.h"
+#include "ops/ops.h"
+
+namespace h3::test::ops {
+namespace {
+
+std::string shape_tag(const Shape& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += "x";
+    out += std::to_string(s[i]);
+  }
+  return out;
+}
+
+void add_binary(bool is_mul, const Shape& a, const Shape& b, DType ta, DType tb, bool large = false) {
+  OpCase c;
+  c.op = is_mul ? "mul" : "add";
+  c.name = c.op + "_" + dtype_tag(ta) + "_" + dtype_tag(tb) + "_" + shape_tag(a) + "_by_" + shape_tag(b);
+  c.dtype = ta;
+  c.large = large;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor(a, ta), r.normal_tensor(b, tb)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    return is_mul ? h3::ops::mul(in[0], in[1]) : h3::ops::add(in[0], in[1]);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> x = f64(in[0]), y = f64(in[1]);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = y[i % y.size()];
+      out[i] = is_mul ? x[i] * v : x[i] + v;
+    }
+    return out;
+  };
+  register_case(std::move(c));
+}
+
+void add_scale(const Shape& shape, DType t, float s) {
+  OpCase c;
+  c.op = "scale";
+  c.name = "scale_" + dtype_tag(t) + "_" + shape_tag(shape);
+  c.dtype = t;
+  c.make_inputs = [=](Rng& r) { return std::vector<Tensor>{r.normal_tensor(shape, t)}; };
+  c.run = [=](const std::vector<Tensor>& in) { return h3::ops::scale(in[0], s); };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> x = f64(in[0]);
+    for (double& v : x) v *= double(s);
+    return x;
+  };
+  register_case(std::move(c));
+}
+
+// Independent round-to-nearest-even to `bits` significant bits (normal range only), through
+// frexp/nearbyint rather than the bit tricks of core/dtype.
+double round_significand(double v, int bits) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  int e;
+  const double m = std::frexp(v, &e);  // v = m * 2^e, 0.5 <= |m| < 1
+  return std::ldexp(std::nearbyint(std::ldexp(m, bits)), e - bits);
+}
+
+void add_cast(DType from, DType to, const Shape& shape) {
+  OpCase c;
+  c.op = "cast";
+  c.name = "cast_" + dtype_tag(from) + "_to_" + dtype_tag(to) + "_" + shape_tag(shape);
+  c.dtype = to;
+  c.cpu_bounds = Bounds{0, 0};     // rounding is exact arithmetic: bit equality
+  c.device_bounds = Bounds{0, 0};
+  c.make_inputs = [=](Rng& r) { return std::vector<Tensor>{r.normal_tensor(shape, from, 0.0f, 10.0f)}; };
+  c.run = [=](const std::vector<Tensor>& in) { return h3::ops::cast(in[0], to); };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> x = f64(in[0]);
+    const int bits = to == DType::kBF16 ? 8 : to == DType::kF16 ? 11 : to == DType::kF32 ? 24 : 53;
+    for (double& v : x) v = round_significand(v, bits);
+    return x;
+  };
+  register_case(std::move(c));
+}
+
+void add_cases() {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (bool m : {false, true}) {
+      add_binary(m, {5, 7}, {5, 7}, t, t);
+      add_binary(m, {4, 3, 33}, {33}, t, t);     // per-channel vector
+      add_binary(m, {6, 2, 8}, {2, 8}, t, t);
+      add_binary(m, {1024, 2048}, {2048}, t, t, /*large=*/true);
+    }
+    add_scale({9, 31}, t, 0.125f);
+    add_scale({3}, t, -3.7f);
+  }
+  add_binary(false, {4, 16}, {16}, DType::kF32, DType::kBF16);
+  add_binary(true, {4, 16}, {4, 16}, DType::kF16, DType::kF16);
+  add_cast(DType::kF32, DType::kBF16, {7, 129});
+  add_cast(DType::kF32, DType::kF16, {7, 129});
+  add_cast(DType::kBF16, DType::kF32, {33});
+  add_cast(DType::kF16, DType::kF32, {33});
+  add_cast(DType::kBF16, DType::kF16, {65});
+}
+H3_OPS_CASES(add_cases);
+
+}  // namespace
+}  // namespace h3::test::ops
