@@ -30,6 +30,36 @@ for t in "${targets[@]}"; do
 done
 cp "$root/scripts/device_run.sh" "$stage/"
 
+# Golden data for the GPU parity tests: the manifest cut down to the kinds in H3_DEVICE_GOLDEN
+# (default "dit"), those files, and the checkpoint components they need (the GPU machine has no
+# shared/ folder). H3_DEVICE_GOLDEN_COMPONENTS names the checkpoint folders to copy.
+golden=${H3_GOLDEN_DIR:-$root/../shared/golden}
+if [ -f "$golden/manifest.json" ]; then
+  python3 - "$golden" "$stage/golden" "${H3_DEVICE_GOLDEN:-dit}" \
+    "${H3_DEVICE_GOLDEN_COMPONENTS:-transformer transformer_ref}" <<'PY'
+import json, os, shutil, sys
+src, dst, kinds, comps = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+m = json.load(open(os.path.join(src, "manifest.json")))
+keep = [f for f in m["files"] if f.get("kind") in kinds]
+for f in keep:
+    os.makedirs(os.path.dirname(os.path.join(dst, f["file"])), exist_ok=True)
+    shutil.copy(os.path.join(src, f["file"]), os.path.join(dst, f["file"]))
+ck = m["checkpoint"]
+os.makedirs(os.path.join(dst, ck), exist_ok=True)
+for name in os.listdir(os.path.join(src, ck)):
+    p = os.path.join(src, ck, name)
+    if os.path.isfile(p):
+        shutil.copy(p, os.path.join(dst, ck, name))
+    elif name in comps:
+        shutil.copytree(p, os.path.join(dst, ck, name))
+if "vsa" in kinds and os.path.isdir(os.path.join(src, "vsa")):
+    shutil.copytree(os.path.join(src, "vsa"), os.path.join(dst, "vsa"))
+m["files"] = keep
+json.dump(m, open(os.path.join(dst, "manifest.json"), "w"))
+print("device_build: staged %d golden files of kinds %s" % (len(keep), kinds))
+PY
+fi
+
 # The GPU machine has glibc, libstdc++ and the CUDA toolkit's cudart/cuBLAS(Lt); anything else
 # would fail to load there.
 allowed='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcudart|libcublasLt|libcublas\.so'

@@ -2,16 +2,17 @@
 # Runs the staged test binaries on the GPU machine (see device_build.sh) and prints a short
 # summary; full logs go to $OUT (or /tmp/h3-device-out). Steps:
 #   1. unit tests, backend-ops (then the large attention shapes, H3_OPS_LARGE=1), gpu tests;
-#   2. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over the gpu
-#      attention tests (when compute-sanitizer is installed);
-#   3. the attention benchmark (H3_BENCH_ATTENTION=1, H3_BENCH_CHECK=1).
-# H3_DEVICE_STEPS selects steps (default "tests sanitize bench").
+#   2. the attention benchmark (H3_BENCH_ATTENTION=1, H3_BENCH_CHECK=1);
+#   3. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over two small
+#      gpu tests that use shared memory (when compute-sanitizer is installed).
+# H3_DEVICE_STEPS selects steps (default "tests bench sanitize").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
 out=${OUT:-/tmp/h3-device-out}
 mkdir -p "$out"
-steps=${H3_DEVICE_STEPS:-tests sanitize bench}
+steps=${H3_DEVICE_STEPS:-tests bench models sanitize}
+[ -f "$here/golden/manifest.json" ] && export H3_GOLDEN_DIR=$here/golden
 summary=$out/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -32,32 +33,39 @@ run() {
 }
 
 if [[ " $steps " == *" tests "* ]]; then
-  [ -x "$bin/h3_unit_tests" ] && run unit 300 "$bin/h3_unit_tests"
-  [ -x "$bin/h3_backend_ops" ] && run ops 300 "$bin/h3_backend_ops"
+  [ -x "$bin/h3_unit_tests" ] && run unit 90 "$bin/h3_unit_tests"
+  [ -x "$bin/h3_backend_ops" ] && run ops 200 "$bin/h3_backend_ops"
   # Large shapes: only the attention ones (the CPU side of other large cases is slow without BLAS).
-  [ -x "$bin/h3_backend_ops" ] && H3_OPS_LARGE=1 run ops_large 300 "$bin/h3_backend_ops" \
+  [ -x "$bin/h3_backend_ops" ] && H3_OPS_LARGE=1 run ops_large 150 "$bin/h3_backend_ops" \
     --gtest_filter='*attention_dit_slice*:*attention_qwen*:*attention_vae*'
   grep -E "^\[cuda\]" "$out/ops_large.log" 2>/dev/null >>"$out/ops.log"
-  [ -x "$bin/h3_gpu_tests" ] && run gpu 300 "$bin/h3_gpu_tests"
+  [ -x "$bin/h3_gpu_tests" ] && run gpu 120 "$bin/h3_gpu_tests"
   # The measured CUDA figures, for the record.
   grep -E "^\[cuda\]" "$out/ops.log" 2>/dev/null | grep -E "attention|rms_norm_modulate|qk_norm_rope|epilogue" \
     | head -40 >>"$summary"
   grep -E "rel_l2" "$out/gpu.log" 2>/dev/null | head -20 >>"$summary"
 fi
 
+if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
+  H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=1 run bench 240 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
+  grep -E "^shape|^dit|^qwen|^vae|^vision|^audio" "$out/bench.log" | tee -a "$summary"
+fi
+# Model benchmarks through the h3 tool (weights random, released width).
+if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
+  run bench_dit 240 "$bin/h3" bench dit --blocks 2 --iters 3
+  cat "$out/bench_dit.log" >>"$summary"
+  run bench_vae 240 "$bin/h3" bench vae --repeat 1 --warmup 0
+  cat "$out/bench_vae.log" >>"$summary"
+fi
 if [[ " $steps " == *" sanitize "* ]]; then
   if command -v compute-sanitizer >/dev/null 2>&1; then
     san=$(command -v compute-sanitizer)
-    run memcheck 400 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_backend_ops" --gtest_filter='*Cuda*'
-    run racecheck 300 "$san" --tool racecheck --error-exitcode 9 "$bin/h3_gpu_tests" \
-      --gtest_filter='CudaAttention.*:CudaFusion.*'
+    run memcheck 200 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_backend_ops" --gtest_filter='*Cuda*'
+    run racecheck 150 "$san" --tool racecheck --error-exitcode 9 "$bin/h3_gpu_tests" \
+      --gtest_filter='CudaAttention.StridedQkvViewsMatchContiguous:CudaFusion.QkNormRopeSwitchRestoresPlainPath'
   else
     note "compute-sanitizer: not installed here"
   fi
 fi
 
-if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
-  H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=1 run bench 400 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
-  grep -E "^shape|^dit|^qwen|^vae|^vision|^audio" "$out/bench.log" | tee -a "$summary"
-fi
 echo "logs in $out"

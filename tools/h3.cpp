@@ -45,19 +45,26 @@ int main(int argc, char** argv) {
     std::printf("h3 %s\n", H3_VERSION);
     return 0;
   }
+  // A two-word command ("bench vae") is matched before a one-word one.
+  const std::string two_words = argc > 2 ? name + " " + argv[2] : std::string();
+  int skip = 2;
   for (const auto& c : h3::cli::commands()) {
-    if (c.name != name) continue;
-    const std::vector<std::string> args(argv + 2, argv + argc);
+    if (!two_words.empty() && c.name == two_words) skip = 3;
+  }
+  const std::string& wanted = skip == 3 ? two_words : name;
+  for (const auto& c : h3::cli::commands()) {
+    if (c.name != wanted) continue;
+    const std::vector<std::string> args(argv + skip, argv + argc);
     try {
       return c.run(args);
     } catch (const h3::Error& e) {
-      std::fprintf(stderr, "h3 %s: error: %s\n", name.c_str(), e.what());
+      std::fprintf(stderr, "h3 %s: error: %s\n", wanted.c_str(), e.what());
       return 1;
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "h3 %s: error: out of host memory\n", name.c_str());
+      std::fprintf(stderr, "h3 %s: error: out of host memory\n", wanted.c_str());
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "h3 %s: error: %s\n", name.c_str(), e.what());
+      std::fprintf(stderr, "h3 %s: error: %s\n", wanted.c_str(), e.what());
       return 1;
     }
   }

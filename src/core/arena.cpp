@@ -10,7 +10,8 @@ namespace {
 bool is_power_of_two(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
-Arena::Arena(size_t capacity, Device device, size_t alignment) : capacity_(capacity), alignment_(alignment) {
+Arena::Arena(size_t capacity, Device device, size_t alignment)
+    : capacity_(capacity), alignment_(alignment) {
   H3_CHECK(is_power_of_two(alignment), ErrorCode::kInvalidArgument, "arena alignment ", alignment,
            " is not a power of two");
   // Storage aligns host memory to 64 bytes and cudaMalloc to 256; ask for enough slack that the
@@ -33,8 +34,8 @@ void* Arena::allocate(size_t bytes, size_t alignment) {
   const uintptr_t cur = base + used_;
   const size_t pad = static_cast<size_t>((alignment - cur % alignment) % alignment);
   H3_CHECK(pad <= capacity_ - used_ && bytes <= capacity_ - used_ - pad, ErrorCode::kOutOfMemory,
-           "arena on ", device().str(), ": cannot allocate ", bytes, " bytes (alignment ", alignment,
-           "): ", used_, " of ", capacity_, " bytes in use");
+           "arena on ", device().str(), ": cannot allocate ", bytes, " bytes (alignment ",
+           alignment, "): ", used_, " of ", capacity_, " bytes in use");
   used_ += pad + bytes;
   if (used_ > high_water_) high_water_ = used_;
   return reinterpret_cast<void*>(cur + pad);

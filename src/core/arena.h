@@ -49,7 +49,9 @@ class Arena {
   void reset_high_water() { high_water_ = used_; }
   size_t alignment() const { return alignment_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
-  void* base() const { return storage_ ? static_cast<char*>(storage_->data()) + start_offset_ : nullptr; }
+  void* base() const {
+    return storage_ ? static_cast<char*>(storage_->data()) + start_offset_ : nullptr;
+  }
 
  private:
   std::shared_ptr<Storage> storage_;

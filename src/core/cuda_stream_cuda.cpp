@@ -28,8 +28,9 @@ void set_device(int device) {
 Stream Stream::create(int device, bool non_blocking) {
   set_device(device);
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault),
-             "cudaStreamCreate", device);
+  check_cuda(
+      cudaStreamCreateWithFlags(&s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault),
+      "cudaStreamCreate", device);
   Stream out;
   out.handle_ = s;
   out.device_ = device;
@@ -45,7 +46,9 @@ Stream::~Stream() {
 }
 
 Stream::Stream(Stream&& o) noexcept
-    : handle_(std::exchange(o.handle_, nullptr)), device_(o.device_), owned_(std::exchange(o.owned_, false)) {}
+    : handle_(std::exchange(o.handle_, nullptr)),
+      device_(o.device_),
+      owned_(std::exchange(o.owned_, false)) {}
 
 Stream& Stream::operator=(Stream&& o) noexcept {
   if (this != &o) {
@@ -74,7 +77,8 @@ bool Stream::query() const {
 
 void Stream::wait(const Event& e) const {
   H3_CHECK(e.valid(), ErrorCode::kInternal, "Stream::wait on an empty event");
-  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(handle_), static_cast<cudaEvent_t>(e.handle()), 0),
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(handle_),
+                                 static_cast<cudaEvent_t>(e.handle()), 0),
              "cudaStreamWaitEvent", device_);
 }
 
@@ -111,13 +115,15 @@ Event& Event::operator=(Event&& o) noexcept {
 
 void Event::record(const Stream& stream) {
   H3_CHECK(valid(), ErrorCode::kInternal, "Event::record on an empty event");
-  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(handle_), static_cast<cudaStream_t>(stream.handle())),
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(handle_),
+                             static_cast<cudaStream_t>(stream.handle())),
              "cudaEventRecord", device_);
 }
 
 void Event::synchronize() const {
   H3_CHECK(valid(), ErrorCode::kInternal, "Event::synchronize on an empty event");
-  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)), "cudaEventSynchronize", device_);
+  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)), "cudaEventSynchronize",
+             device_);
 }
 
 bool Event::query() const {
@@ -132,10 +138,12 @@ bool Event::query() const {
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
-  H3_CHECK(start.valid() && end.valid(), ErrorCode::kInternal, "Event::elapsed_ms on an empty event");
+  H3_CHECK(start.valid() && end.valid(), ErrorCode::kInternal,
+           "Event::elapsed_ms on an empty event");
   end.synchronize();
   float ms = 0.0f;
-  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.handle_), static_cast<cudaEvent_t>(end.handle_)),
+  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.handle_),
+                                  static_cast<cudaEvent_t>(end.handle_)),
              "cudaEventElapsedTime", end.device_);
   return ms;
 }

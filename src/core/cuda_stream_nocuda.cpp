@@ -6,7 +6,8 @@
 namespace h3 {
 
 [[noreturn]] static void no_cuda_streams() {
-  fail(ErrorCode::kUnsupported, "this build of h3 has no CUDA support (streams and events need it)");
+  fail(ErrorCode::kUnsupported,
+       "this build of h3 has no CUDA support (streams and events need it)");
 }
 
 Stream Stream::create(int, bool) { no_cuda_streams(); }

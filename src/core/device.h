@@ -34,6 +34,8 @@ int cuda_device_count();
 // Device memory. cuda_malloc throws kOutOfMemory with the size asked for and what is free.
 void* cuda_malloc(size_t bytes, int device);
 void cuda_free(void* ptr, int device) noexcept;
+// Free and total bytes of a device (cudaMemGetInfo): benchmarks sample it to report peak use.
+void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
 // Host memory that is page-locked for fast, asynchronous copies.
 void* cuda_host_alloc(size_t bytes);
 void cuda_host_free(void* ptr) noexcept;

@@ -39,6 +39,14 @@ void cuda_free(void* ptr, int device) noexcept {
   cudaFree(ptr);
 }
 
+void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  H3_CHECK(cudaSetDevice(device) == cudaSuccess, ErrorCode::kUnsupported, "cuda:", device,
+           " is not available");
+  const cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+  H3_CHECK(err == cudaSuccess, ErrorCode::kInternal, "cudaMemGetInfo on cuda:", device,
+           " failed: ", cudaGetErrorString(err));
+}
+
 void* cuda_host_alloc(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMallocHost(&p, bytes);

@@ -34,8 +34,10 @@ int level_from_env() {
   LogLevel level = LogLevel::kWarn;
   if (const char* env = std::getenv("H3_LOG_LEVEL")) {
     if (!parse_log_level(env, &level)) {
-      std::fprintf(stderr, "[h3 W] H3_LOG_LEVEL='%s' is not one of error, warn, info, debug, 0-3; using warn\n",
-                   env);
+      std::fprintf(
+          stderr,
+          "[h3 W] H3_LOG_LEVEL='%s' is not one of error, warn, info, debug, 0-3; using warn\n",
+          env);
       level = LogLevel::kWarn;
     }
   }
@@ -46,10 +48,14 @@ int level_from_env() {
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
   }
   return "?";
 }
@@ -81,14 +87,17 @@ LogLevel log_level() {
   return static_cast<LogLevel>(v);
 }
 
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
 
 void log_message(LogLevel level, const std::string& message) {
   static const char kLetters[] = {'E', 'W', 'I', 'D'};
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time()).count();
   char prefix[48];
-  std::snprintf(prefix, sizeof(prefix), "[h3 %c +%.3fs] ", kLetters[static_cast<int>(level) & 3], secs);
+  std::snprintf(prefix, sizeof(prefix), "[h3 %c +%.3fs] ", kLetters[static_cast<int>(level) & 3],
+                secs);
   const std::string line = prefix + message;
   // One lock around the whole write so lines from different threads never interleave.
   std::lock_guard<std::mutex> lock(sink_mutex());

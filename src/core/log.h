@@ -21,7 +21,9 @@ bool parse_log_level(std::string_view text, LogLevel* out);
 
 LogLevel log_level();
 void set_log_level(LogLevel level);
-inline bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
+inline bool log_enabled(LogLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(log_level());
+}
 
 // Writes one line: "[h3 W +12.345s] message" (level letter, seconds since the first message).
 void log_message(LogLevel level, const std::string& message);
@@ -33,8 +35,8 @@ void set_log_sink(LogSink sink);
 
 }  // namespace h3
 
-#define H3_LOG(level, ...)                                                          \
-  do {                                                                              \
+#define H3_LOG(level, ...)                                                                \
+  do {                                                                                    \
     if (::h3::log_enabled(level)) ::h3::log_message((level), ::h3::str_cat(__VA_ARGS__)); \
   } while (0)
 #define H3_LOG_ERROR(...) H3_LOG(::h3::LogLevel::kError, __VA_ARGS__)

@@ -51,7 +51,10 @@ std::string format_ms(double ms) {
 // ---- Stage ------------------------------------------------------------------------------------
 
 Receipt::Stage::Stage(Stage&& o) noexcept
-    : receipt_(std::exchange(o.receipt_, nullptr)), index_(o.index_), t0_(o.t0_), stream_(o.stream_) {}
+    : receipt_(std::exchange(o.receipt_, nullptr)),
+      index_(o.index_),
+      t0_(o.t0_),
+      stream_(o.stream_) {}
 
 Receipt::Stage& Receipt::Stage::operator=(Stage&& o) noexcept {
   if (this != &o) {
@@ -211,7 +214,8 @@ std::string Receipt::table() const {
   rows.push_back({{"stage", "wall ms", "gpu ms", "bytes", "GB/s"}});
   for (const Entry& e : es) {
     Row r;
-    r.cells[0] = std::string(2 * static_cast<size_t>(e.depth), ' ') + e.name + (e.open ? " (open)" : "");
+    r.cells[0] =
+        std::string(2 * static_cast<size_t>(e.depth), ' ') + e.name + (e.open ? " (open)" : "");
     r.cells[1] = format_ms(e.wall_ms);
     r.cells[2] = format_ms(e.gpu_ms);
     r.cells[3] = e.bytes ? format_bytes(e.bytes) : "-";
@@ -232,7 +236,8 @@ std::string Receipt::table() const {
   for (const Row& r : rows) {
     std::string line = r.cells[0] + std::string(width[0] - r.cells[0].size(), ' ');
     for (int c = 1; c < 5; ++c) {
-      line += "  " + std::string(width[c] - r.cells[c].size(), ' ') + r.cells[c];  // numbers right-aligned
+      line += "  " + std::string(width[c] - r.cells[c].size(), ' ') +
+              r.cells[c];  // numbers right-aligned
     }
     out += line + "\n";
   }

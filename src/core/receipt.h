@@ -6,9 +6,9 @@
 //
 //   Receipt r;
 //   { auto s = r.stage("load dit"); ... s.add_bytes(n); }
-//   { auto d = r.stage("denoise", &stream); for (...) { auto st = r.stage("step " + i, &stream); } }
-//   r.set("attention", "flash-h3");
-//   std::fputs(r.table().c_str(), stderr); r.write_json("receipt.json");
+//   { auto d = r.stage("denoise", &stream); for (...) { auto st = r.stage("step " + i, &stream); }
+//   } r.set("attention", "flash-h3"); std::fputs(r.table().c_str(), stderr);
+//   r.write_json("receipt.json");
 //
 // GPU times are resolved lazily (the end event is waited on when entries are read), so timing a
 // stage never adds a synchronization inside the run. Safe to use from several threads; stages
@@ -38,7 +38,9 @@ class Receipt {
     double gpu_ms = -1;  // < 0: not measured (no stream, or a CPU-only build)
     uint64_t bytes = 0;  // bytes moved in the stage; 0: not a transfer
     bool open = false;   // still running
-    double gb_per_s() const { return bytes && wall_ms > 0 ? static_cast<double>(bytes) / (wall_ms * 1e6) : 0; }
+    double gb_per_s() const {
+      return bytes && wall_ms > 0 ? static_cast<double>(bytes) / (wall_ms * 1e6) : 0;
+    }
   };
 
   // RAII handle of an open stage; ends it (wall time, end event) when destroyed or by end().
@@ -89,7 +91,8 @@ class Receipt {
 
   // Columns: stage (indented by depth), wall ms, gpu ms, bytes, GB/s; then the key/values.
   std::string table() const;
-  // {"stages": [{name, path, parent, depth, wall_ms, gpu_ms|null, bytes, gb_per_s}], "values": {...}}
+  // {"stages": [{name, path, parent, depth, wall_ms, gpu_ms|null, bytes, gb_per_s}], "values":
+  // {...}}
   nlohmann::json to_json() const;
   // Writes to_json() (indented) to `path`; throws kIo naming the path on failure.
   void write_json(const std::string& path) const;

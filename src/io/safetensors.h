@@ -48,14 +48,15 @@ struct TensorInfo {
 // and keep it alive.
 class SafetensorsFile {
  public:
-  // Throws h3::Error (kNotFound, kIo or kInvalidFile) naming `path` and what was wrong.
+  // Throws h3::Error (kNotFound, kIo, kInvalidFile, or kUnsupported for a dtype the format has
+  // but the engine lacks) naming `path` and what was wrong.
   static std::shared_ptr<SafetensorsFile> open(const std::string& path);
   ~SafetensorsFile();
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }
   uint64_t data_start() const { return data_start_; }                // 8 + header length
-  const std::vector<TensorInfo>& tensors() const { return infos_; }  // in file order
+  const std::vector<TensorInfo>& tensors() const { return infos_; }  // by data offset
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws kNotFound naming file+tensor
@@ -79,7 +80,8 @@ class SafetensorsFile {
 };
 
 // Parses and validates a header from memory (the fuzz target's entry point). `file_size` is the
-// whole file's size, used to check spans. Throws kInvalidFile with `label` in the message.
+// whole file's size, used to check spans. Throws kInvalidFile (kUnsupported for a dtype the
+// engine lacks) with `label` in the message.
 void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_size,
                               const std::string& label, std::vector<TensorInfo>* infos,
                               std::map<std::string, std::string>* metadata);

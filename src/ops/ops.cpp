@@ -328,6 +328,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1d
            ") is shorter than the dilated kernel of w ", w.desc());
   check_vector("conv1d", "bias", bias, w.size(0));
   if (dev.is_cuda()) return cuda::conv1d(x, w, bias, p);
+  if (p.f64_accumulate) return cpu::conv1d_f64(x, w, bias, p);
   return cpu::conv1d(x, w, bias, p);
 }
 
@@ -360,6 +361,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias,
            " leaves no output for x ", x.desc(), " and w ", w.desc());
   check_vector("conv_transpose1d", "bias", bias, w.size(1) * p.groups);
   if (dev.is_cuda()) return cuda::conv_transpose1d(x, w, bias, p);
+  if (p.f64_accumulate) return cpu::conv_transpose1d_f64(x, w, bias, p);
   return cpu::conv_transpose1d(x, w, bias, p);
 }
 

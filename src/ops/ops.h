@@ -100,6 +100,10 @@ struct Conv1dParams {
   int padding = 0;  // zero padding on both sides
   int dilation = 1;
   int groups = 1;
+  // CPU: accumulate every output in float64 and round once (ops/cpu/conv1d_f64_audio.cpp). The
+  // audio VAE decoder amplifies float32 accumulation noise to about its 1e-5 parity bound
+  // (h3_components_spec.md §3.4); other backends ignore the flag.
+  bool f64_accumulate = false;
 };
 // x [N, Cin, L], w [Cout, Cin/groups, K], bias [Cout] or null.
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
@@ -114,6 +118,7 @@ struct ConvTranspose1dParams {
   int output_padding = 0;
   int dilation = 1;
   int groups = 1;
+  bool f64_accumulate = false;  // as Conv1dParams::f64_accumulate
 };
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias,
                         const ConvTranspose1dParams& p);

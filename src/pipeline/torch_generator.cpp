@@ -73,10 +73,10 @@ void normal_block_f32_libm(float* d) {
 #endif
 
 constexpr float kLogP[9] = {
-    static_cast<float>(7.0376836292E-2),  static_cast<float>(-1.1514610310E-1),
-    static_cast<float>(1.1676998740E-1),  static_cast<float>(-1.2420140846E-1),
-    static_cast<float>(1.4249322787E-1),  static_cast<float>(-1.6668057665E-1),
-    static_cast<float>(2.0000714765E-1),  static_cast<float>(-2.4999993993E-1),
+    static_cast<float>(7.0376836292E-2), static_cast<float>(-1.1514610310E-1),
+    static_cast<float>(1.1676998740E-1), static_cast<float>(-1.2420140846E-1),
+    static_cast<float>(1.4249322787E-1), static_cast<float>(-1.6668057665E-1),
+    static_cast<float>(2.0000714765E-1), static_cast<float>(-2.4999993993E-1),
     static_cast<float>(3.3333331174E-1)};
 constexpr float kLogQ1 = static_cast<float>(-2.12194440e-4);
 constexpr float kLogQ2 = static_cast<float>(0.693359375);
@@ -269,8 +269,8 @@ void TorchGenerator::set_state(const State& s) {
   // left = 1, next = 0 so that the first draw twists.
   const bool fresh = s.left == 1 && s.next == 0;
   const bool running = s.next >= 1 && s.next <= kStateN && s.left + s.next == kStateN + 1;
-  H3_CHECK(fresh || running, ErrorCode::kInvalidArgument, "TorchGenerator state: inconsistent position left=", s.left,
-           " next=", s.next);
+  H3_CHECK(fresh || running, ErrorCode::kInvalidArgument,
+           "TorchGenerator state: inconsistent position left=", s.left, " next=", s.next);
   mt_ = s.words;
   left_ = s.left;
   next_ = s.next;
@@ -378,10 +378,18 @@ Tensor TorchGenerator::randn(const Shape& shape, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
   const int64_t n = t.numel();
   switch (dtype) {
-    case DType::kF32: randn_f32(t.data<float>(), n); break;
-    case DType::kF64: randn_f64(t.data<double>(), n); break;
-    case DType::kF16: randn_f16(t.data<uint16_t>(), n); break;
-    case DType::kBF16: randn_bf16(t.data<uint16_t>(), n); break;
+    case DType::kF32:
+      randn_f32(t.data<float>(), n);
+      break;
+    case DType::kF64:
+      randn_f64(t.data<double>(), n);
+      break;
+    case DType::kF16:
+      randn_f16(t.data<uint16_t>(), n);
+      break;
+    case DType::kBF16:
+      randn_bf16(t.data<uint16_t>(), n);
+      break;
     default:
       fail(ErrorCode::kUnsupported, "TorchGenerator::randn: dtype ", dtype_name(dtype),
            " is not a floating type torch samples normals in (f32, f64, f16, bf16)");
@@ -393,8 +401,12 @@ Tensor TorchGenerator::rand(const Shape& shape, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype);
   const int64_t n = t.numel();
   switch (dtype) {
-    case DType::kF32: rand_f32(t.data<float>(), n); break;
-    case DType::kF64: rand_f64(t.data<double>(), n); break;
+    case DType::kF32:
+      rand_f32(t.data<float>(), n);
+      break;
+    case DType::kF64:
+      rand_f64(t.data<double>(), n);
+      break;
     default:
       fail(ErrorCode::kUnsupported, "TorchGenerator::rand: dtype ", dtype_name(dtype),
            " not implemented (f32, f64)");

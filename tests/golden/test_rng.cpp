@@ -25,7 +25,7 @@ struct Draw {
   std::string name;
   std::string op;  // randn, rand, seq
   uint64_t seed = 0;
-  int draw = -1;   // sequence position for seq
+  int draw = -1;  // sequence position for seq
   std::string dtype_name;
 };
 
@@ -44,7 +44,9 @@ struct Tally {
 
 TEST(GoldenRng, TorchCpuGeneratorParity) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "rng");
-  const std::regex pattern("(randn|rand|seq)_seed([0-9]+)_(?:draw([0-9]+)_)?shape([0-9x]+)_(float32|float64|float16|bfloat16)");
+  const std::regex pattern(
+      "(randn|rand|seq)_seed([0-9]+)_(?:draw([0-9]+)_)?shape([0-9x]+)_(float32|float64|float16|"
+      "bfloat16)");
   int required_total = 0, required_match = 0;
   std::map<std::string, Tally> optional;  // by category
   int unrecognized = 0;
@@ -73,9 +75,11 @@ TEST(GoldenRng, TorchCpuGeneratorParity) {
       }
     }
     for (auto& [seed, draws] : sequences) {
-      std::sort(draws.begin(), draws.end(), [](const Draw& a, const Draw& b) { return a.draw < b.draw; });
+      std::sort(draws.begin(), draws.end(),
+                [](const Draw& a, const Draw& b) { return a.draw < b.draw; });
       for (size_t k = 0; k < draws.size(); ++k) {
-        ASSERT_EQ(draws[k].draw, static_cast<int>(k)) << "sequence of seed " << seed << " has a gap";
+        ASSERT_EQ(draws[k].draw, static_cast<int>(k))
+            << "sequence of seed " << seed << " has a gap";
       }
     }
 
@@ -90,19 +94,22 @@ TEST(GoldenRng, TorchCpuGeneratorParity) {
       if (required) {
         ++required_total;
         required_match += bad == 0;
-        EXPECT_EQ(bad, 0) << d.name << ": " << bad << " of " << ref.numel() << " values differ:" << first;
-        if (bad) std::printf("[rng] REQUIRED %s: %lld of %lld differ\n", d.name.c_str(), static_cast<long long>(bad),
-                             static_cast<long long>(ref.numel()));
+        EXPECT_EQ(bad, 0) << d.name << ": " << bad << " of " << ref.numel()
+                          << " values differ:" << first;
+        if (bad)
+          std::printf("[rng] REQUIRED %s: %lld of %lld differ\n", d.name.c_str(),
+                      static_cast<long long>(bad), static_cast<long long>(ref.numel()));
       } else {
-        std::string category = d.op == "rand" ? "rand " + d.dtype_name
+        std::string category = d.op == "rand"     ? "rand " + d.dtype_name
                                : ref.numel() < 16 ? "randn n<16 " + d.dtype_name
                                                   : "randn n>=16 " + d.dtype_name;
         if (d.op == "seq") category = "seq " + category.substr(6);
         Tally& t = optional[category];
         ++t.total;
         t.match += bad == 0;
-        std::printf("[rng] optional %-40s %s\n", d.name.c_str(),
-                    bad == 0 ? "match" : str_cat("DIFFERS (", bad, " of ", ref.numel(), ")").c_str());
+        std::printf(
+            "[rng] optional %-40s %s\n", d.name.c_str(),
+            bad == 0 ? "match" : str_cat("DIFFERS (", bad, " of ", ref.numel(), ")").c_str());
       }
     };
 
@@ -116,11 +123,13 @@ TEST(GoldenRng, TorchCpuGeneratorParity) {
     }
   }
 
-  std::printf("[rng] required (float32 randn, >= 16 elements): %d of %d exact\n", required_match, required_total);
+  std::printf("[rng] required (float32 randn, >= 16 elements): %d of %d exact\n", required_match,
+              required_total);
   for (const auto& [category, t] : optional) {
     std::printf("[rng] optional %-24s %d of %d match\n", category.c_str(), t.match, t.total);
   }
-  if (unrecognized) std::printf("[rng] %d tensor(s) with unrecognized names were not run\n", unrecognized);
+  if (unrecognized)
+    std::printf("[rng] %d tensor(s) with unrecognized names were not run\n", unrecognized);
   EXPECT_GT(required_total, 0) << "the rng cases hold no float32 randn draw of >= 16 elements";
 }
 

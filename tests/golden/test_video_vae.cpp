@@ -257,7 +257,9 @@ TEST(GoldenVideoVae, EncodeSampled) {
     const Tensor moments = vae.encode_moments(video_vae::normalize_pixels(pixels)).to(Device::cpu());
     std::printf("  encode %s -> %s in %.2f s (f32)\n", shape_str(pixels.shape()).c_str(),
                 shape_str(moments.shape()).c_str(), seconds_since(t0));
-    if (m.contains("moments_shape")) EXPECT_EQ(moments.shape(), shape_from(m["moments_shape"]));
+    if (m.contains("moments_shape")) {
+      EXPECT_EQ(moments.shape(), shape_from(m["moments_shape"]));
+    }
     const Tensor item = moments.select(0, 0);
     std::vector<int64_t> all_frames;
     for (int64_t i = 0; i < item.size(1); ++i) all_frames.push_back(i);
@@ -291,7 +293,9 @@ TEST(GoldenVideoVae, DecodeSampled) {
     const Tensor decoded = vae.decode(vae.denormalize_latents(zn)).to(Device::cpu());
     std::printf("  decode %s -> %s in %.2f s (f32)\n", shape_str(zn.shape()).c_str(),
                 shape_str(decoded.shape()).c_str(), seconds_since(t0));
-    if (m.contains("num_frames")) EXPECT_EQ(decoded.size(2), m["num_frames"].get<int64_t>());
+    if (m.contains("num_frames")) {
+      EXPECT_EQ(decoded.size(2), m["num_frames"].get<int64_t>());
+    }
     const std::vector<int64_t> fs = f->tensor("sample_frames").to_i64_vector();
     const std::vector<int64_t> rows = f->tensor("sample_rows").to_i64_vector();
     const std::vector<int64_t> cols = f->tensor("sample_cols").to_i64_vector();

@@ -74,7 +74,7 @@ TEST(GoldenVsa, MetadataMatchesReference) {
     json summary;
     if (c.contains("summary")) {
       summary = c["summary"];
-      name = c["name"].get<std::string>();
+      name = summary["name"].get<std::string>();
       for (auto& [tile, t] : summary["tiles"].items()) per_tile.emplace_back(tile, t);
     } else {
       name = c["name"].get<std::string>();

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/cli.h"
 #include "support/golden.h"
 
 namespace h3 {
@@ -18,34 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-RunResult run_h3(const std::string& args, bool merge_stderr = true) {
-  RunResult r;
-  const char* bin = std::getenv("H3_BIN");
-  if (!bin) return r;
-  const std::string cmd = shell_quote(bin) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-#define H3_REQUIRE_BIN() \
-  if (!std::getenv("H3_BIN")) GTEST_SKIP() << "H3_BIN is not set (run through ctest)"
+using test::RunResult;
+using test::run_h3;
+using test::shell_quote;
 
 #define H3_REQUIRE_GOLDEN_REPO(var)                                                         \
   const test::Golden* var##_g = test::Golden::get();                                        \

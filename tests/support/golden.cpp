@@ -54,8 +54,10 @@ const Golden* Golden::get() {
     } catch (const nlohmann::json::exception& e) {
       fail(ErrorCode::kInvalidFile, manifest_path.string(), ": not valid JSON: ", e.what());
     }
-    H3_CHECK(g->manifest_.is_object() && g->manifest_.contains("files") && g->manifest_["files"].is_array(),
-             ErrorCode::kInvalidFile, manifest_path.string(), ": expected an object with a 'files' array");
+    H3_CHECK(g->manifest_.is_object() && g->manifest_.contains("files") &&
+                 g->manifest_["files"].is_array(),
+             ErrorCode::kInvalidFile, manifest_path.string(),
+             ": expected an object with a 'files' array");
     for (const auto& entry : g->manifest_["files"]) {
       H3_CHECK(entry.is_object() && entry.contains("file") && entry["file"].is_string(),
                ErrorCode::kInvalidFile, manifest_path.string(),
@@ -69,7 +71,8 @@ const Golden* Golden::get() {
 std::vector<GoldenCase> Golden::cases(const std::string& kind) const {
   std::vector<GoldenCase> out;
   for (const auto& entry : manifest_["files"]) {
-    if (!entry.contains("kind") || !entry["kind"].is_string() || entry["kind"].get<std::string>() != kind) {
+    if (!entry.contains("kind") || !entry["kind"].is_string() ||
+        entry["kind"].get<std::string>() != kind) {
       continue;
     }
     GoldenCase c;
@@ -83,8 +86,8 @@ std::vector<GoldenCase> Golden::cases(const std::string& kind) const {
 }
 
 std::string Golden::checkpoint_dir() const {
-  H3_CHECK(manifest_.contains("checkpoint") && manifest_["checkpoint"].is_string(), ErrorCode::kInvalidFile,
-           dir_, "/manifest.json: no string 'checkpoint' field");
+  H3_CHECK(manifest_.contains("checkpoint") && manifest_["checkpoint"].is_string(),
+           ErrorCode::kInvalidFile, dir_, "/manifest.json: no string 'checkpoint' field");
   return (fs::path(dir_) / manifest_["checkpoint"].get<std::string>()).string();
 }
 
@@ -122,18 +125,18 @@ Metrics compare(const Tensor& got, const Tensor& ref) {
 
 std::string format_metrics(const Metrics& m) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "rel_max=%.3e rel_l2=%.3e max_abs=%.3e n=%lld", m.rel_max, m.rel_l2,
-                m.max_abs, static_cast<long long>(m.count));
+  std::snprintf(buf, sizeof(buf), "rel_max=%.3e rel_l2=%.3e max_abs=%.3e n=%lld", m.rel_max,
+                m.rel_l2, m.max_abs, static_cast<long long>(m.count));
   std::string s = buf;
   if (m.nonfinite) s += " nonfinite=" + std::to_string(m.nonfinite);
   return s;
 }
 
-Metrics expect_close(const std::string& name, const Tensor& got, const Tensor& ref, double bound_rel_max,
-                     double bound_rel_l2) {
+Metrics expect_close(const std::string& name, const Tensor& got, const Tensor& ref,
+                     double bound_rel_max, double bound_rel_l2) {
   const Metrics m = compare(got, ref);
-  std::printf("[golden] %s: %s (bounds rel_max<=%s rel_l2<=%s)\n", name.c_str(), format_metrics(m).c_str(),
-              bound_rel_max >= 0 ? str_cat(bound_rel_max).c_str() : "-",
+  std::printf("[golden] %s: %s (bounds rel_max<=%s rel_l2<=%s)\n", name.c_str(),
+              format_metrics(m).c_str(), bound_rel_max >= 0 ? str_cat(bound_rel_max).c_str() : "-",
               bound_rel_l2 >= 0 ? str_cat(bound_rel_l2).c_str() : "-");
   EXPECT_EQ(m.nonfinite, 0) << name << ": non-finite values where the reference is finite";
   if (bound_rel_max >= 0) {
@@ -145,7 +148,8 @@ Metrics expect_close(const std::string& name, const Tensor& got, const Tensor& r
   return m;
 }
 
-Metrics expect_max_abs(const std::string& name, const Tensor& got, const Tensor& ref, double bound) {
+Metrics expect_max_abs(const std::string& name, const Tensor& got, const Tensor& ref,
+                       double bound) {
   const Metrics m = compare(got, ref);
   std::printf("[golden] %s: max_abs=%.3e (bound %g) %s\n", name.c_str(), m.max_abs, bound,
               format_metrics(m).c_str());
@@ -177,7 +181,8 @@ void expect_equal(const std::string& name, const Tensor& got, const Tensor& ref)
 
 int64_t count_bit_mismatches(const Tensor& got, const Tensor& ref, std::string* first) {
   H3_CHECK(got.dtype() == ref.dtype() && got.numel() == ref.numel(), ErrorCode::kInvalidArgument,
-           "bit comparison of ", got.desc(), " with ", ref.desc(), " needs one dtype and element count");
+           "bit comparison of ", got.desc(), " with ", ref.desc(),
+           " needs one dtype and element count");
   const Tensor a = got.to(Device::cpu()).contiguous();
   const Tensor r = ref.to(Device::cpu()).contiguous();
   const size_t es = dtype_size(a.dtype());

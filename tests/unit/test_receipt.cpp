@@ -1,5 +1,6 @@
 // The timing receipt: nesting, wall times, bytes and GB/s, key/values, the table and the JSON.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -77,7 +78,10 @@ TEST(Receipt, EndIsIdempotentAndMovable) {
 TEST(Receipt, TableIsAligned) {
   Receipt r;
   r.add("load dit", 1234.5, -1, uint64_t{66} << 30);
-  { auto d = r.stage("denoise"); r.add("step 0", 10.25, 9.5); }
+  {
+    auto d = r.stage("denoise");
+    r.add("step 0", 10.25, 9.5);
+  }
   r.set("attention", "flash");
   r.set("steps", 50);
   r.set("cfg", 4.5);
@@ -92,7 +96,7 @@ TEST(Receipt, TableIsAligned) {
   EXPECT_NE(lines[1].find("1234.500"), std::string::npos);
   EXPECT_NE(lines[1].find("66.00 GiB"), std::string::npos);
   EXPECT_NE(lines[1].find("57.41"), std::string::npos);  // 66 GiB / 1.2345 s
-  EXPECT_EQ(lines[3].find("  step 0"), 0u);            // indented by depth
+  EXPECT_EQ(lines[3].find("  step 0"), 0u);              // indented by depth
   EXPECT_NE(lines[3].find("9.500"), std::string::npos);
   EXPECT_NE(table.find("attention = flash"), std::string::npos);
   EXPECT_NE(table.find("steps     = 50"), std::string::npos);
@@ -116,8 +120,9 @@ TEST(Receipt, JsonRoundTrip) {
   EXPECT_DOUBLE_EQ(j["stages"][2]["gb_per_s"].get<double>(), 2.0);
   EXPECT_EQ(j["values"]["backend"], "cpu");
 
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("h3_receipt_" + std::to_string(::getpid()) + ".json")).string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("h3_receipt_" + std::to_string(::getpid()) + ".json"))
+                               .string();
   r.write_json(path);
   std::ifstream f(path);
   const nlohmann::json back = nlohmann::json::parse(f);

@@ -115,7 +115,8 @@ TEST(Tensor, WritesThroughStridedViews) {
 
 TEST(Tensor, DtypeConversionRoundsToNearestEven) {
   // 1 + 2^-8 is a bf16 tie (goes to 1.0); 1 + 3*2^-8 rounds up to even (1 + 2^-6).
-  const Tensor f = Tensor::from_f32({1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -2.5f}, {3});
+  const Tensor f =
+      Tensor::from_f32({1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -2.5f}, {3});
   const Tensor b = f.to(DType::kBF16);
   EXPECT_EQ(b.dtype(), DType::kBF16);
   EXPECT_EQ(b.to_f32_vector(), (std::vector<float>{1.0f, 1.0f + std::ldexp(1.0f, -6), -2.5f}));

@@ -223,8 +223,10 @@ TEST(Tokenizer, RefusesInvalidUtf8) {
       {"\xF4\x90\x80\x80", "byte 0"},       // above U+10FFFF
       {"ok \xE2\x82 no", "byte 3"},         // truncated 3-byte sequence
   };
-  for (const auto& [text, where] : bad) {
-    expect_error([&] { t.encode(text); }, ErrorCode::kInvalidArgument, {"not valid UTF-8", where}, "encode " + where);
+  for (const auto& item : bad) {
+    const std::string& text = item.first;
+    expect_error([&] { t.encode(text); }, ErrorCode::kInvalidArgument, {"not valid UTF-8", item.second},
+                 "encode " + item.second);
   }
 }
 

@@ -1,6 +1,5 @@
 #include "models/audio_vae/audio_vae_config.h"
 
-#include <cfenv>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -85,10 +84,9 @@ int64_t AudioVaeConfig::latent_frames_for_video_frames(int64_t num_frames) const
   // Python: round(num_frames / 24 * latent_rate) in float64, ties to even (§3.1: 124 -> 207).
   const double latent_rate = static_cast<double>(sampling_rate) / static_cast<double>(hop_length());
   const double v = static_cast<double>(num_frames) / 24.0 * latent_rate;
-  const int saved = std::fegetround();
-  std::fesetround(FE_TONEAREST);
-  const double r = std::nearbyint(v);
-  std::fesetround(saved);
+  double r = std::floor(v);
+  const double frac = v - r;
+  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
   return static_cast<int64_t>(r);
 }
 

@@ -1,6 +1,8 @@
 #include "models/h3_dit/dit_model.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "core/status.h"
 #include "models/h3_dit/dit_tables.h"
@@ -46,6 +48,16 @@ DitPrecision parse_precision(const std::string& text) {
   fail(ErrorCode::kInvalidArgument, "DiT precision '", text, "': expected f32 or bf16");
 }
 
+const char* attention_backend_name(DitAttentionBackend b) {
+  return b == DitAttentionBackend::kDense ? "dense" : "vsa";
+}
+
+DitAttentionBackend parse_attention_backend(const std::string& text) {
+  if (text == "dense") return DitAttentionBackend::kDense;
+  if (text == "vsa") return DitAttentionBackend::kVsa;
+  fail(ErrorCode::kInvalidArgument, "attention backend '", text, "': expected dense or vsa");
+}
+
 DitModel DitModel::load(const std::string& component_dir, const DitOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -64,10 +76,61 @@ DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint
   m.options_ = options;
   m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
   m.weights_ = load_dit_weights(config, ckpt, {options.device, m.act_});
-  m.ones_ = Tensor::from_f32(std::vector<float>(static_cast<size_t>(config.hidden_size), 1.0f),
-                             {config.hidden_size}, m.act_)
-                .to(options.device);
+  m.init_common();
   return m;
+}
+
+DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
+                                const DitOptions& options) {
+  config.validate("DiT config");
+  DitModel m;
+  m.config_ = config;
+  m.options_ = options;
+  m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
+  H3_CHECK(static_cast<int64_t>(weights.blocks.size()) == config.num_layers,
+           ErrorCode::kInvalidArgument, "DiT weights have ", weights.blocks.size(),
+           " blocks, the config has ", config.num_layers);
+  m.weights_ = std::move(weights);
+  m.init_common();
+  return m;
+}
+
+void DitModel::init_common() {
+  ones_ = Tensor::from_f32(std::vector<float>(static_cast<size_t>(config_.hidden_size), 1.0f),
+                           {config_.hidden_size}, act_)
+              .to(options_.device);
+  if (options_.attention != DitAttentionBackend::kVsa) return;
+  // §5.1 knobs, checked once so that a bad value fails at load rather than mid-generation.
+  const DitVsaOptions& v = options_.vsa;
+  H3_CHECK(v.tile_size == 64 || v.tile_size == 256, ErrorCode::kInvalidArgument,
+           "VSA tile size ", v.tile_size, ": expected 64 or 256");
+  H3_CHECK(v.sparsity < 0.0 || v.sparsity < 1.0, ErrorCode::kInvalidArgument, "VSA sparsity ",
+           v.sparsity, ": expected a value in [0, 1)");
+  H3_CHECK(config_.attention_head_dim == 64 || config_.attention_head_dim == 128,
+           ErrorCode::kUnsupported, "VSA attention needs head size 64 or 128 (§5.1), the model has ",
+           config_.attention_head_dim);
+  for (int64_t l : v.dense_layers) {
+    H3_CHECK(l >= 0 && l < config_.num_layers, ErrorCode::kInvalidArgument, "VSA dense layer ", l,
+             ": expected a block index in [0, ", config_.num_layers, ")");
+  }
+  H3_CHECK(v.dense_first_steps >= 0, ErrorCode::kInvalidArgument, "VSA dense first steps ",
+           v.dense_first_steps, ": expected >= 0");
+}
+
+double DitModel::vsa_sparsity() const {
+  const double s = options_.vsa.sparsity;
+  if (s >= 0.0) return s;
+  // FastH3 was trained at 0.9 (§5.1); the base checkpoint's default is the reference's 0.
+  return weights_.has_vsa_gates ? 0.9 : 0.0;
+}
+
+double DitModel::vsa_sparsity_for(int64_t block, int64_t step_index) const {
+  const DitVsaOptions& v = options_.vsa;
+  if (step_index < v.dense_first_steps) return 0.0;
+  if (std::find(v.dense_layers.begin(), v.dense_layers.end(), block) != v.dense_layers.end()) {
+    return 0.0;
+  }
+  return vsa_sparsity();
 }
 
 // ---- building blocks ----------------------------------------------------------------------------
@@ -96,7 +159,8 @@ Tensor DitModel::apply_rope(const Tensor& x, const DitLayout& layout) const {
 
 // q/k/v projections, per-head RMSNorm, optional RoPE, full attention, output projection (§2.10).
 Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
-                                 const DitLayout* rope) const {
+                                 const DitLayout* rope, double vsa_sparsity,
+                                 ops::VsaTrace* vsa_trace) const {
   const int64_t s = a.size(0);
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
@@ -108,8 +172,20 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     q = apply_rope(q, *rope);
     k = apply_rope(k, *rope);
   }
-  ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
-  const Tensor o = ops::attention(q, k, v, p);
+  Tensor o;
+  if (vsa_sparsity >= 0.0 && rope && rope->has_vsa) {
+    // §5.6: the gate reads the same modulated input as q/k/v; no bias, no activation. It runs
+    // whenever the checkpoint has gates, at every sparsity.
+    Tensor g;
+    if (w.to_gate.defined()) g = ops::linear(a, w.to_gate).view({s, heads, hd});
+    ops::VsaOptions vo;
+    vo.sparsity = vsa_sparsity;
+    vo.mode = options_.vsa.mode;
+    o = ops::vsa_attention(q, k, v, g.defined() ? &g : nullptr, rope->vsa, vo, vsa_trace);
+  } else {
+    ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
+    o = ops::attention(q, k, v, p);
+  }
   return ops::linear(o.reshape({s, heads * hd}), w.to_out);
 }
 
@@ -214,20 +290,79 @@ DitLayout DitModel::make_layout(const Tensor& position_ids_in, const Tensor& tok
              s, "))");
   }
 
-  const RopeTables tables =
-      rope_tables(on_host(pos).to_f64_vector(), config_.rope_freq_dim, config_.rope_theta);
+  const std::vector<double> pos_host = on_host(pos).to_f64_vector();
+  if (options_.attention == DitAttentionBackend::kVsa) {
+    // §5.2: the generated video grid is the trailing run of video rows (the packed order is
+    // [text | cond | audio | video] for T2VA/FL2VA, and Ref2VA ends with the grid as well, §5.7);
+    // its extent per axis is the number of distinct positions. Prefix segments are then
+    // (text, the other video rows, audio), whose sum is S - T*Hh*Ww in every layout.
+    int64_t tail = 0;
+    while (tail < s && layout.token_tags[static_cast<size_t>(s - 1 - tail)] == 0) ++tail;
+    int64_t grid[3] = {0, 0, 0};
+    for (int axis = 0; axis < 3; ++axis) {
+      std::set<double> distinct;
+      for (int64_t r = s - tail; r < s; ++r) distinct.insert(pos_host[static_cast<size_t>(r * 3 + axis)]);
+      grid[axis] = static_cast<int64_t>(distinct.size());
+    }
+    H3_CHECK(tail > 0 && grid[0] * grid[1] * grid[2] == tail, ErrorCode::kInvalidArgument,
+             "VSA layout: the trailing ", tail, " video rows do not form a full (T, H, W) grid (",
+             grid[0], "x", grid[1], "x", grid[2], " distinct positions)");
+    const int64_t cond = layout.num_video_rows() - tail;
+    attach_vsa(layout, {layout.num_text_rows(), cond, layout.num_audio_rows()}, grid);
+  }
+  const RopeTables tables = rope_tables(pos_host, config_.rope_freq_dim, config_.rope_theta);
   // §2.8: cos/sin are cast once per layout to the activation dtype.
   layout.rope_cos = tables.cos.to(act_).to(options_.device);
   layout.rope_sin = tables.sin.to(act_).to(options_.device);
   return layout;
 }
 
+void DitModel::attach_vsa(DitLayout& layout, const std::vector<int64_t>& prefix_segments,
+                          const int64_t grid[3]) const {
+  layout.vsa = ops::build_vsa_geometry(options_.vsa.tile_size, prefix_segments, grid, layout.seq_len);
+  layout.has_vsa = true;
+}
+
 // ---- forward -------------------------------------------------------------------------------------
+
+Tensor DitModel::run_block(int64_t block, const Tensor& x_in, const Tensor& temb_act,
+                           const Tensor& adaln_rows, const DitLayout& layout, int64_t step_index,
+                           DitTrace* trace) const {
+  H3_CHECK(block >= 0 && block < static_cast<int64_t>(weights_.blocks.size()),
+           ErrorCode::kInvalidArgument, "DiT block ", block, ": the model has ",
+           weights_.blocks.size(), " blocks");
+  const DitBlockWeights& b = weights_.blocks[static_cast<size_t>(block)];
+  const int64_t d = config_.hidden_size;
+  const int64_t n_u = temb_act.size(0);
+  const float eps = static_cast<float>(config_.norm_eps);
+  // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
+  const Tensor m = ops::linear(temb_act, b.adaln_w, &b.adaln_b).view({n_u * 3, 6 * d});
+  const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
+  const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
+  double sparsity = -1.0;
+  ops::VsaTrace* vt = nullptr;
+  if (options_.attention == DitAttentionBackend::kVsa) {
+    H3_CHECK(layout.has_vsa, ErrorCode::kInvalidArgument,
+             "DiT layout has no VSA tiling (make the layout with this model, or call attach_vsa)");
+    sparsity = vsa_sparsity_for(block, step_index);
+    if (trace) {
+      trace->vsa.emplace_back();
+      vt = &trace->vsa.back();
+    }
+  }
+  // §2.9.
+  const Tensor a = modulate_rows(ops::rms_norm(x_in, &b.norm1, eps), scale_msa, shift_msa, adaln_rows);
+  Tensor x = gated_add(x_in, attention_layer(a, b.attn, &layout, sparsity, vt), gate_msa, adaln_rows);
+  const Tensor h = modulate_rows(ops::rms_norm(x, &b.norm2, eps), scale_mlp, shift_mlp, adaln_rows);
+  x = gated_add(x, feed_forward(h, b.ff), gate_mlp, adaln_rows);
+  if (trace) trace->block_out.push_back(x);
+  return x;
+}
 
 DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout,
                              const Tensor& video_rows_in, const Tensor& audio_rows_in,
                              const Tensor& timesteps_in, const Tensor& timestep_indices_in,
-                             DitTrace* trace) const {
+                             DitTrace* trace, int64_t step_index) const {
   const DitConfig& c = config_;
   const int64_t s = layout.seq_len;
   const int64_t d = c.hidden_size;
@@ -298,18 +433,9 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
     trace->block_out.clear();
   }
 
-  const float eps = static_cast<float>(c.norm_eps);
-  for (const DitBlockWeights& b : weights_.blocks) {
-    // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
-    const Tensor m = ops::linear(temb_act, b.adaln_w, &b.adaln_b).view({n_u * 3, 6 * d});
-    const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
-    const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
-    // §2.9.
-    const Tensor a = modulate_rows(ops::rms_norm(x, &b.norm1, eps), scale_msa, shift_msa, adaln_rows);
-    x = gated_add(x, attention_layer(a, b.attn, &layout), gate_msa, adaln_rows);
-    const Tensor h = modulate_rows(ops::rms_norm(x, &b.norm2, eps), scale_mlp, shift_mlp, adaln_rows);
-    x = gated_add(x, feed_forward(h, b.ff), gate_mlp, adaln_rows);
-    if (trace) trace->block_out.push_back(x);
+  if (trace) trace->vsa.clear();
+  for (int64_t i = 0; i < static_cast<int64_t>(weights_.blocks.size()); ++i) {
+    x = run_block(i, x, temb_act, adaln_rows, layout, step_index, trace);
   }
 
   // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the
@@ -337,12 +463,12 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
   return out;
 }
 
-DitOutputs DitModel::forward(const DitInputs& in, DitTrace* trace) const {
+DitOutputs DitModel::forward(const DitInputs& in, DitTrace* trace, int64_t step_index) const {
   const DitTextContext text = encode_text(in.encoder_hidden_states, trace);
   const DitLayout layout = make_layout(in.position_ids, in.token_tags, in.video_indices,
                                        in.audio_indices, in.text_indices);
   return forward(text, layout, in.hidden_states, in.audio_hidden_states, in.timestep,
-                 in.timestep_indices, trace);
+                 in.timestep_indices, trace, step_index);
 }
 
 }  // namespace h3::dit

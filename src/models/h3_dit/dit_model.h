@@ -28,6 +28,7 @@
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_config.h"
 #include "models/h3_dit/dit_weights.h"
+#include "ops/vsa.h"
 
 namespace h3::dit {
 
@@ -38,10 +39,27 @@ const char* precision_name(DitPrecision p);  // "f32", "bf16"
 // Parses "f32"/"fp32"/"float32" and "bf16"/"bfloat16"; throws kInvalidArgument otherwise.
 DitPrecision parse_precision(const std::string& text);
 
+// Attention of the main blocks (§5.1). The token refiner is always dense.
+enum class DitAttentionBackend { kDense, kVsa };
+const char* attention_backend_name(DitAttentionBackend b);  // "dense", "vsa"
+// Parses "dense" / "vsa"; throws kInvalidArgument otherwise.
+DitAttentionBackend parse_attention_backend(const std::string& text);
+
+// VSA-H3 knobs (§5.1 table).
+struct DitVsaOptions {
+  int tile_size = 64;            // 64 or 256; FastH3 was trained with 64
+  double sparsity = -1.0;        // < 0: default (0.9 with gates, 0 without); else in [0, 1)
+  ops::VsaMode mode = ops::VsaMode::kExempt;
+  std::vector<int64_t> dense_layers;  // block indices run at sparsity 0
+  int64_t dense_first_steps = 0;      // steps with index < n run at sparsity 0
+};
+
 struct DitOptions {
   Device device = Device::cpu();
   DitPrecision precision = DitPrecision::kF32;
   DitRounding rounding = DitRounding::kEager;
+  DitAttentionBackend attention = DitAttentionBackend::kDense;
+  DitVsaOptions vsa{};
 };
 
 // The refined text rows of one prompt, on the model's device in the activation dtype.
@@ -55,6 +73,9 @@ struct DitLayout {
   Tensor rope_cos, rope_sin;  // [S, 6F] in the activation dtype (bf16 cast once per layout, §2.8)
   Tensor video_indices, audio_indices, text_indices;  // i64 on the device
   std::vector<int64_t> token_tags;                    // host copy, 0 video / 1 text / 2 audio
+  // VSA tiling (§5.2), built once per layout when the model runs the VSA backend.
+  bool has_vsa = false;
+  ops::VsaGeometry vsa;
   int64_t num_video_rows() const { return video_indices.defined() ? video_indices.numel() : 0; }
   int64_t num_audio_rows() const { return audio_indices.defined() ? audio_indices.numel() : 0; }
   int64_t num_text_rows() const { return text_indices.defined() ? text_indices.numel() : 0; }
@@ -74,6 +95,7 @@ struct DitTrace {
   Tensor rope_cos, rope_sin;    // [S, 6F]
   std::vector<Tensor> block_out;  // [S, hidden] per block
   Tensor norm_out_out;          // [S, hidden]
+  std::vector<ops::VsaTrace> vsa;  // per block, VSA backend only (scores, mask, ...)
 };
 
 // Everything of one forward in the reference's argument form (§2.1). A leading batch dimension of 1
@@ -111,18 +133,44 @@ class DitModel {
                         const Tensor& video_indices, const Tensor& audio_indices,
                         const Tensor& text_indices) const;
 
+  // Builds the VSA tiling into `layout` from explicit prefix segments (text, condition video rows,
+  // audio rows; zeros allowed) and the video grid (T, Hh, Ww) in patches. make_layout calls it
+  // with the segments it derives (below) when the model runs the VSA backend.
+  void attach_vsa(DitLayout& layout, const std::vector<int64_t>& prefix_segments,
+                  const int64_t grid[3]) const;
+
   // One forward (§2.3-2.12). video_rows [N_vrows, patch_dim], audio_rows [N_arows, audio_in]
   // (float, any device); timesteps [N_u] float32; timestep_indices [S] integer in [0, N_u).
+  // step_index: the denoising step (decides `dense_first_steps` of the VSA backend).
   DitOutputs forward(const DitTextContext& text, const DitLayout& layout, const Tensor& video_rows,
                      const Tensor& audio_rows, const Tensor& timesteps,
-                     const Tensor& timestep_indices, DitTrace* trace = nullptr) const;
+                     const Tensor& timestep_indices, DitTrace* trace = nullptr,
+                     int64_t step_index = 0) const;
 
   // encode_text + make_layout + forward in one call.
-  DitOutputs forward(const DitInputs& in, DitTrace* trace = nullptr) const;
+  DitOutputs forward(const DitInputs& in, DitTrace* trace = nullptr, int64_t step_index = 0) const;
+
+  // Whether the main blocks carry FastH3 gates, and the sparsity block `block` runs at in step
+  // `step_index` under the VSA backend (§5.1: dense layers and dense first steps give 0).
+  bool has_vsa_gates() const { return weights_.has_vsa_gates; }
+  double vsa_sparsity() const;  // the resolved run-level sparsity
+  double vsa_sparsity_for(int64_t block, int64_t step_index) const;
+
+  // One main block (§2.9) on the packed buffer x [S, hidden]: `temb_act` is SiLU(temb) in the
+  // activation dtype [N_u, time_embed_dim], `adaln_rows` [S] the AdaLN row index u*3 + tag of
+  // each packed row. Public for benchmarks; forward() runs the same code.
+  Tensor run_block(int64_t block, const Tensor& x, const Tensor& temb_act, const Tensor& adaln_rows,
+                   const DitLayout& layout, int64_t step_index, DitTrace* trace = nullptr) const;
+  // A model over given weights (benchmarks with random weights; the shapes must match `config`).
+  static DitModel from_weights(const DitConfig& config, DitWeights weights,
+                               const DitOptions& options);
 
  private:
   DitModel() = default;
-  Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope) const;
+  // rope == nullptr: the refiner (dense, no RoPE). vsa_sparsity < 0: dense attention.
+  Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope,
+                         double vsa_sparsity = -1.0, ops::VsaTrace* vsa_trace = nullptr) const;
+  void init_common();
   Tensor feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const;
   Tensor apply_rope(const Tensor& x, const DitLayout& layout) const;
   Tensor modulate_rows(const Tensor& x, const Tensor& scale, const Tensor& shift,

@@ -65,6 +65,10 @@ std::vector<DitTensorSpec> dit_tensor_specs(const DitConfig& c) {
   return s;
 }
 
+DitTensorSpec dit_gate_spec(const DitConfig& c, int64_t block) {
+  return {block_prefix(block) + "attn.to_gate_compress.weight", {c.inner_dim(), c.hidden_size}};
+}
+
 DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
                             const DitWeightPolicy& policy) {
   H3_CHECK(dtype_is_float(policy.body_dtype), ErrorCode::kInvalidArgument,
@@ -76,13 +80,19 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   // model than the checkpoint describes.
   std::set<std::string> known;
   for (const DitTensorSpec& s : specs) known.insert(s.name);
+  std::set<std::string> gate_names;
+  for (int64_t i = 0; i < config.num_layers; ++i) gate_names.insert(dit_gate_spec(config, i).name);
   std::vector<std::string> unknown;
+  int64_t gates_present = 0;
   for (const std::string& name : ckpt.names()) {
     if (known.count(name)) continue;
-    H3_CHECK(name.find("to_gate_compress") == std::string::npos, ErrorCode::kUnsupported, src,
-             ": tensor '", name,
-             "' is a VSA compression gate (FastH3 checkpoint); this engine runs dense attention "
-             "only and would ignore it");
+    if (gate_names.count(name)) {
+      ++gates_present;
+      continue;
+    }
+    H3_CHECK(name.find("to_gate_compress") == std::string::npos, ErrorCode::kInvalidFile, src,
+             ": tensor '", name, "' is a VSA compression gate outside the ", config.num_layers,
+             " main blocks (FastH3 gates only the main blocks' attention, §5.6)");
     H3_CHECK(name.find("adaln_basis") == std::string::npos, ErrorCode::kUnsupported, src,
              ": tensor '", name, "' belongs to a rank-reduced AdaLN export, which is not supported");
     unknown.push_back(name);
@@ -95,8 +105,17 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
          config.num_layers, " blocks and ", config.num_refiner_layers, " refiner blocks: ", list);
   }
 
+  // §5.6: a FastH3 checkpoint gates every main block; a partial set is not a model we know.
+  H3_CHECK(gates_present == 0 || gates_present == config.num_layers, ErrorCode::kUnsupported, src,
+           ": ", gates_present, " of ", config.num_layers,
+           " blocks have a VSA compression gate (attn.to_gate_compress); expected all or none");
+  std::vector<DitTensorSpec> all_specs = specs;
+  if (gates_present > 0) {
+    for (int64_t i = 0; i < config.num_layers; ++i) all_specs.push_back(dit_gate_spec(config, i));
+  }
+
   std::map<std::string, Tensor> loaded;
-  for (const DitTensorSpec& s : specs) {
+  for (const DitTensorSpec& s : all_specs) {
     H3_CHECK(ckpt.has(s.name), ErrorCode::kNotFound, src, ": missing tensor '", s.name,
              "' (expected shape ", shape_str(s.shape), ")");
     const io::TensorInfo& info = ckpt.info(s.name);
@@ -155,6 +174,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     b.ff = feed_forward(p);
     b.adaln_w = take(p + "adaln_proj.linear.weight");
     b.adaln_b = take(p + "adaln_proj.linear.bias");
+    if (gates_present > 0) b.attn.to_gate = take(dit_gate_spec(config, i).name);
     w.blocks.push_back(std::move(b));
   }
   w.norm_out_norm = take("norm_out.norm.weight");
@@ -164,6 +184,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   w.proj_out_b = take("proj_out.bias");
   w.audio_proj_out_w = take("audio_proj_out.weight");
   w.audio_proj_out_b = take("audio_proj_out.bias");
+  w.has_vsa_gates = gates_present > 0;
   return w;
 }
 

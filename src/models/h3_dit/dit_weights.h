@@ -18,6 +18,9 @@ struct DitAttentionWeights {
   Tensor to_q, to_k, to_v;  // [inner, hidden]
   Tensor norm_q, norm_k;    // [head_dim]
   Tensor to_out;            // [hidden, inner]
+  // FastH3 compression gate `attn.to_gate_compress` [inner, hidden] (§5.6); undefined for the base
+  // checkpoint and always for the refiner.
+  Tensor to_gate;
 };
 
 struct DitFeedForwardWeights {
@@ -53,6 +56,8 @@ struct DitWeights {
   std::vector<DitBlockWeights> blocks;
   Tensor norm_out_norm;                // [hidden]
   Tensor norm_out_w, norm_out_b;       // [2*hidden, time_embed_dim], rows [shift | scale]
+  // True when every main block carries a FastH3 compression gate (§5.6).
+  bool has_vsa_gates = false;
 };
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
@@ -65,7 +70,9 @@ struct DitWeightPolicy {
 
 // Loads every tensor the config implies from `ckpt`. Errors (h3::Error) name the tensor and the
 // checkpoint: a missing tensor (kNotFound), a wrong shape or a non-float dtype (kInvalidFile),
-// names the model does not know (kInvalidFile), FastH3 compression gates (kUnsupported).
+// names the model does not know (kInvalidFile). FastH3 compression gates
+// (`transformer_blocks.{i}.attn.to_gate_compress.weight`, [inner, hidden]) are loaded when every
+// block has one; gates on some blocks only are refused (kUnsupported).
 DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
                             const DitWeightPolicy& policy);
 
@@ -76,5 +83,7 @@ struct DitTensorSpec {
   bool fp32_island = false;
 };
 std::vector<DitTensorSpec> dit_tensor_specs(const DitConfig& config);
+// The optional FastH3 gate of block i: name and shape [inner, hidden].
+DitTensorSpec dit_gate_spec(const DitConfig& config, int64_t block);
 
 }  // namespace h3::dit

@@ -79,6 +79,10 @@ Tensor cast(const Tensor& x, DType dtype);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias,
                         const ConvTranspose1dParams& p);
+// The float64-accumulation variants (Conv1dParams::f64_accumulate), conv1d_f64_audio.cpp.
+Tensor conv1d_f64(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
+Tensor conv_transpose1d_f64(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const ConvTranspose1dParams& p);
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv3dParams& p);
 Tensor pad3d(const Tensor& x, const int pads[6], PadMode mode);
 Tensor gather_rows(const Tensor& x, const Tensor& idx);

@@ -80,42 +80,89 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   }
   const uint8_t* mk = mask.data<uint8_t>();
 
-  // Fine branch: ordinary softmax over the valid rows of every visible key tile.
+  // Fine branch: softmax over the valid rows of every visible key tile (§5.5).
+  //  - float32: exact softmax in float64.
+  //  - bf16/f16: the reference's kernel is FlashAttention-2 style: key blocks of 64 rows in tile
+  //    order (a 256-row tile is four 64-row blocks), base-2 exponentials against the running
+  //    maximum, the float32 probabilities summed for the denominator but rounded to the
+  //    activation dtype before the product with V, the accumulator rescaled in float32 when the
+  //    maximum grows. Emulating those rounding points keeps this oracle within one rounding of the
+  //    reference's `fine`, which the gate branch's final rounding would otherwise double.
   Tensor fine = Tensor::empty({S, H, D}, dt);
   std::vector<float> fine_v(static_cast<size_t>(S * H * D));
+  const bool emulate_kernel = dt == DType::kBF16 || dt == DType::kF16;
+  const float log2e = 1.44269504088896340736f;
   std::vector<double> logits, acc(static_cast<size_t>(D));
+  std::vector<float> acc_f(static_cast<size_t>(D));
   std::vector<int64_t> keys;
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) into partition_rows
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t i = 0; i < n; ++i) {
       keys.clear();
+      blocks.clear();
       for (int64_t j = 0; j < n; ++j) {
         if (!mk[(h * n + i) * n + j]) continue;
         for (int64_t p = starts[j]; p < starts[j + 1]; ++p) keys.push_back(geo.partition_rows[p]);
+        for (int64_t p = starts[j]; p < starts[j + 1]; p += 64) {
+          blocks.emplace_back(p, std::min(p + 64, starts[j + 1]));
+        }
       }
-      logits.resize(keys.size());
       for (int64_t p = starts[i]; p < starts[i + 1]; ++p) {
         const int64_t r = geo.partition_rows[p];
         const float* qr = qv.data() + (r * H + h) * D;
-        double mx = -INFINITY;
-        for (size_t c = 0; c < keys.size(); ++c) {
-          const float* kr = kv.data() + (keys[c] * H + h) * D;
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
-          logits[c] = dot * scale;
-          mx = std::max(mx, logits[c]);
-        }
-        double denom = 0;
-        for (double& l : logits) {
-          l = std::exp(l - mx);
-          denom += l;
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (size_t c = 0; c < keys.size(); ++c) {
-          const float* vr = vv.data() + (keys[c] * H + h) * D;
-          for (int64_t d = 0; d < D; ++d) acc[d] += logits[c] * vr[d];
-        }
         float* out = fine_v.data() + (r * H + h) * D;
-        for (int64_t d = 0; d < D; ++d) out[d] = round_to(dt, static_cast<float>(acc[d] / denom));
+        auto dot = [&](int64_t key) {
+          const float* kr = kv.data() + (key * H + h) * D;
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += static_cast<double>(qr[c]) * kr[c];
+          return d;
+        };
+        if (!emulate_kernel) {
+          logits.resize(keys.size());
+          double mx = -INFINITY;
+          for (size_t c = 0; c < keys.size(); ++c) {
+            logits[c] = dot(keys[c]) * scale;
+            mx = std::max(mx, logits[c]);
+          }
+          double denom = 0;
+          for (double& l : logits) denom += (l = std::exp(l - mx));
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (size_t c = 0; c < keys.size(); ++c) {
+            const float* vr = vv.data() + (keys[c] * H + h) * D;
+            for (int64_t d = 0; d < D; ++d) acc[d] += logits[c] * vr[d];
+          }
+          for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d] / denom);
+          continue;
+        }
+        const float qk_scale = static_cast<float>(scale) * log2e;
+        float m_i = -INFINITY, l_i = 0.0f;
+        std::fill(acc_f.begin(), acc_f.end(), 0.0f);
+        for (const auto& [b0, b1] : blocks) {
+          logits.resize(static_cast<size_t>(b1 - b0));
+          float m_ij = m_i;
+          for (int64_t c = b0; c < b1; ++c) {
+            const float sc = static_cast<float>(dot(geo.partition_rows[c])) * qk_scale;
+            logits[c - b0] = sc;
+            m_ij = std::max(m_ij, sc);
+          }
+          const float alpha = std::exp2(m_i - m_ij);
+          float l_ij = 0.0f;
+          for (double& l : logits) {
+            const float pf = std::exp2(static_cast<float>(l) - m_ij);
+            l_ij += pf;
+            l = round_to(dt, pf);
+          }
+          l_i = l_i * alpha + l_ij;
+          for (int64_t d = 0; d < D; ++d) {
+            double pv = 0;
+            for (int64_t c = b0; c < b1; ++c) {
+              pv += logits[c - b0] * round_to(dt, vv[(geo.partition_rows[c] * H + h) * D + d]);
+            }
+            acc_f[d] = acc_f[d] * alpha + static_cast<float>(pv);
+          }
+          m_i = m_ij;
+        }
+        for (int64_t d = 0; d < D; ++d) out[d] = round_to(dt, acc_f[d] / l_i);
       }
     }
   }

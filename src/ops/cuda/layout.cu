@@ -288,10 +288,11 @@ Tensor pad3d(const Tensor& x_in, const int pads[6], PadMode mode) {
   require_cuda(x_in, "pad3d", "x");
   H3_CHECK(x_in.dim() >= 3, ErrorCode::kInvalidArgument, "ops::pad3d: x ", shape_str(x_in.shape()),
            " has fewer than 3 dims");
-  for (int i = 0; i < 6; ++i) {
-    H3_CHECK(pads[i] >= 0, ErrorCode::kInvalidArgument, "ops::pad3d: negative pad ", pads[i]);
-  }
+  // A negative pad crops (as torch's F.pad and the CPU op); the output must keep a size >= 0.
   const int64_t t = x_in.size(-3), h = x_in.size(-2), w = x_in.size(-1);
+  H3_CHECK(t + pads[0] + pads[1] >= 0 && h + pads[2] + pads[3] >= 0 && w + pads[4] + pads[5] >= 0,
+           ErrorCode::kInvalidArgument, "ops::pad3d: pads crop more than the dims of ",
+           shape_str(x_in.shape()));
   if (mode == PadMode::kReflect) {
     H3_CHECK(pads[0] < t && pads[1] < t && pads[2] < h && pads[3] < h && pads[4] < w && pads[5] < w,
              ErrorCode::kInvalidArgument, "ops::pad3d: reflect pads must be smaller than the dims of ",

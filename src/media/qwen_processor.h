@@ -1,0 +1,50 @@
+// Qwen3-VL image / video preprocessing (h3_components_spec.md §1.4): smart_resize sizing,
+// rescale and normalize, temporal patching and merge-block-major patch flattening, producing the
+// vision tower's pixel values [patches, C*tp*p*p] and the (t, h, w) patch grid.
+//
+// Resampling (bicubic) is not implemented: an input whose smart_resize size differs from its
+// own size is refused with kUnsupported. H3 hands the processor inputs that are already valid
+// (keyframes at the canvas size, references resized to multiples of 32, golden README).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/tensor.h"
+#include "models/qwen3_vl/qwen3_vl_positions.h"
+
+namespace h3::media {
+
+struct QwenProcessorConfig {
+  int64_t patch_size = 16;
+  int64_t temporal_patch_size = 2;
+  int64_t merge_size = 2;
+  int64_t min_pixels = 65536;     // size.shortest_edge
+  int64_t max_pixels = 16777216;  // size.longest_edge
+  double rescale_factor = 1.0 / 255.0;
+  std::array<double, 3> mean{0.5, 0.5, 0.5};
+  std::array<double, 3> std{0.5, 0.5, 0.5};
+  // `section` is "image_processor" or "video_processor" of processor_config.json.
+  static QwenProcessorConfig from_json(const nlohmann::json& j, const std::string& section,
+                                       const std::string& file);
+};
+
+// Qwen smart_resize: (height, width) rounded to multiples of `factor`, scaled into
+// [min_pixels, max_pixels]. Throws kInvalidArgument for sizes below `factor` or aspect > 200.
+std::array<int64_t, 2> qwen_smart_resize(int64_t height, int64_t width, int64_t factor,
+                                         int64_t min_pixels, int64_t max_pixels);
+
+struct QwenPixels {
+  Tensor pixel_values;  // float32 [grid_t*grid_h*grid_w, C*tp*p*p]
+  qwen3_vl::GridThw grid;
+};
+
+// One image, uint8 [H, W, 3]: repeated to temporal_patch_size frames (grid_t = 1).
+QwenPixels qwen_process_image(const Tensor& hwc_uint8, const QwenProcessorConfig& config);
+// One video, uint8 [T, H, W, 3]: padded to a multiple of temporal_patch_size by repeating the
+// last frame. (The pixel budget of the video processor applies to T*H*W, §1.4.)
+QwenPixels qwen_process_video(const Tensor& thwc_uint8, const QwenProcessorConfig& config);
+
+}  // namespace h3::media

@@ -1,0 +1,89 @@
+#include "models/audio_vae/audio_vae_decoder.h"
+
+#include "core/status.h"
+#include "models/audio_vae/audio_vae_filters.h"
+#include "ops/ops.h"
+
+namespace h3::audio_vae {
+namespace {
+
+// Every convolution of the decoder asks for float64 accumulation (ignored off the CPU): the
+// decoder amplifies float32 summation noise to about its 1e-5 parity bound (ops.h, Conv1dParams).
+Tensor conv(const Tensor& x, const ConvWeights& c, ops::Conv1dParams p) {
+  p.f64_accumulate = true;
+  return ops::conv1d(x, c.w, c.bias(), p);
+}
+
+// Replicate padding of the last dim (pad3d pads the last three; the first two are left alone).
+Tensor replicate_pad(const Tensor& x, int left, int right) {
+  const int pads[6] = {0, 0, 0, 0, left, right};
+  return ops::pad3d(x, pads, ops::PadMode::kReplicate);
+}
+
+}  // namespace
+
+Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x) {
+  const int64_t channels = x.size(1), length = x.size(2);
+  const int64_t k = a.up_filter.size(2);
+  const int64_t r = kAliasRatio;
+  const int groups = static_cast<int>(channels);
+  // UpSample1d: pad = k/r - 1 samples replicated each side, crop pad*r + (k - r)/2 on the left and
+  // pad*r + (k - r + 1)/2 on the right, which leaves exactly r*L samples (15 and 15 for k = 12).
+  const int64_t pad = k / r - 1;
+  const int64_t crop_left = pad * r + (k - r) / 2;
+  Tensor h = replicate_pad(x, static_cast<int>(pad), static_cast<int>(pad));
+  ops::ConvTranspose1dParams up;
+  up.stride = static_cast<int>(r);
+  up.groups = groups;
+  up.f64_accumulate = true;
+  h = ops::conv_transpose1d(h, a.up_filter, nullptr, up);  // filter already scaled by r
+  h = ops::copy(h.slice(2, crop_left, crop_left + r * length));
+  h = ops::snake_beta(h, a.log_alpha, a.log_beta);
+  // DownSample1d (LowPassFilter1d): replicate-pad k/2 - 1 left (even k) and k/2 right, stride r.
+  const int64_t left = k / 2 - (k % 2 == 0 ? 1 : 0), right = k / 2;
+  h = replicate_pad(h, static_cast<int>(left), static_cast<int>(right));
+  return ops::conv1d(h, a.down_filter, nullptr,
+                     {.stride = static_cast<int>(r), .padding = 0, .dilation = 1, .groups = groups,
+                      .f64_accumulate = true});
+}
+
+Tensor amp_block(const AmpBlockWeights& w, const Tensor& x) {
+  const int k = static_cast<int>(w.kernel);
+  Tensor h = x;
+  for (size_t j = 0; j < w.dilations.size(); ++j) {
+    const int d = static_cast<int>(w.dilations[j]);
+    Tensor t = anti_aliased_snake_beta(w.acts[2 * j], h);
+    t = conv(t, w.convs1[j], {.stride = 1, .padding = (k * d - d) / 2, .dilation = d});
+    t = anti_aliased_snake_beta(w.acts[2 * j + 1], t);
+    t = conv(t, w.convs2[j], {.stride = 1, .padding = (k - 1) / 2});
+    h = ops::add(t, h);
+  }
+  return h;
+}
+
+Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* trace) {
+  Tensor h = conv(z, w.in_proj, {});
+  if (trace) trace->dec_in_proj_out = h;
+  h = conv(h, w.conv_pre, {.stride = 1, .padding = 3});
+  if (trace) trace->conv_pre_out = h;
+  const size_t levels = w.ups.size();
+  const size_t per_level = levels ? w.resblocks.size() / levels : 0;
+  H3_ASSERT(per_level * levels == w.resblocks.size() && per_level >= 1);
+  for (size_t i = 0; i < levels; ++i) {
+    ops::ConvTranspose1dParams up;
+    up.stride = static_cast<int>(w.rates[i]);
+    up.padding = static_cast<int>((w.kernels[i] - w.rates[i]) / 2);
+    up.f64_accumulate = true;
+    h = ops::conv_transpose1d(h, w.ups[i].w, w.ups[i].bias(), up);
+    if (trace) trace->ups_out.push_back(h);
+    Tensor sum = amp_block(w.resblocks[i * per_level], h);
+    for (size_t j = 1; j < per_level; ++j) sum = ops::add(sum, amp_block(w.resblocks[i * per_level + j], h));
+    // The reference divides the sum by the number of kernels; x * (1/n) differs from x / n by at
+    // most one float32 rounding.
+    h = ops::scale(sum, 1.0f / static_cast<float>(per_level));
+  }
+  h = anti_aliased_snake_beta(w.act_post, h);
+  return conv(h, w.conv_post, {.stride = 1, .padding = 3});
+}
+
+}  // namespace h3::audio_vae

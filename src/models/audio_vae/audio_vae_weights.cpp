@@ -1,0 +1,298 @@
+#include "models/audio_vae/audio_vae_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "models/audio_vae/audio_vae_filters.h"
+#include "models/schema.h"
+
+namespace h3::audio_vae {
+
+Tensor fold_weight_norm(const Tensor& g, const Tensor& v) {
+  H3_CHECK(v.defined() && g.defined() && v.dim() >= 1 && v.size(0) >= 1, ErrorCode::kInvalidArgument,
+           "fold_weight_norm: weight_v must be a non-empty tensor, got ",
+           v.defined() ? v.desc() : std::string("<undefined>"));
+  H3_CHECK(g.numel() == v.size(0), ErrorCode::kInvalidArgument, "fold_weight_norm: weight_g ",
+           g.desc(), " must hold one gain per slice of dim 0 of weight_v ", v.desc());
+  H3_CHECK(dtype_is_float(g.dtype()) && dtype_is_float(v.dtype()), ErrorCode::kInvalidArgument,
+           "fold_weight_norm: weight_g ", g.desc(), " and weight_v ", v.desc(), " must be float");
+  const std::vector<float> gv = g.to_f32_vector();
+  const std::vector<float> vv = v.to_f32_vector();
+  const int64_t rows = v.size(0);
+  const int64_t inner = v.numel() / rows;
+  std::vector<float> out(vv.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = vv.data() + r * inner;
+    double ss = 0.0;
+    for (int64_t i = 0; i < inner; ++i) ss += static_cast<double>(src[i]) * src[i];
+    const float norm = static_cast<float>(std::sqrt(ss));
+    // torch: v * (g / norm_except_dim(v, 2, 0)), each step in float32.
+    const float s = gv[static_cast<size_t>(r)] / norm;
+    float* dst = out.data() + r * inner;
+    for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * s;
+  }
+  return Tensor::from_f32(out, v.shape());
+}
+
+Tensor head_pool_matrix(int64_t heads, int64_t head_dim, int64_t out_dim) {
+  H3_CHECK(heads >= 1 && head_dim >= 1 && out_dim >= 1, ErrorCode::kInvalidArgument,
+           "head_pool_matrix: heads ", heads, ", head_dim ", head_dim, " and out_dim ", out_dim,
+           " must be positive");
+  const int64_t in = heads * head_dim;
+  std::vector<float> m(static_cast<size_t>(out_dim * in), 0.0f);
+  for (int64_t o = 0; o < out_dim; ++o) {
+    const int64_t start = (o * head_dim) / out_dim;
+    const int64_t end = ((o + 1) * head_dim + out_dim - 1) / out_dim;
+    const double w = 1.0 / (static_cast<double>(heads) * static_cast<double>(end - start));
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = start; d < end; ++d) m[static_cast<size_t>(o * in + h * head_dim + d)] = static_cast<float>(w);
+  }
+  return Tensor::from_f32(m, {out_dim, in});
+}
+
+namespace {
+
+class Builder {
+ public:
+  Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
+
+  // A stored tensor as float32 of `shape` (reshaped from the stored shape when the element count
+  // agrees, e.g. Snake alphas [1, C, 1] -> [C]), on the device.
+  Tensor f32(const std::string& name, const Shape& shape) const { return place(host(name, shape)); }
+
+  ConvWeights wn_conv(const std::string& prefix, const Shape& v_shape, bool bias) const {
+    const Tensor v = host(prefix + "weight_v", v_shape);
+    const Tensor g = host(prefix + "weight_g", {v_shape[0], 1, 1});
+    ConvWeights c;
+    c.w = place(fold_weight_norm(g, v));
+    if (bias) c.b = f32(prefix + "bias", {v_shape[0]});
+    return c;
+  }
+  // ConvTranspose1d [in, out, k]: the bias has one entry per output channel.
+  ConvWeights wn_conv_transpose(const std::string& prefix, int64_t cin, int64_t cout, int64_t k) const {
+    const Tensor v = host(prefix + "weight_v", {cin, cout, k});
+    const Tensor g = host(prefix + "weight_g", {cin, 1, 1});
+    return {place(fold_weight_norm(g, v)), f32(prefix + "bias", {cout})};
+  }
+  ConvWeights plain_conv(const std::string& prefix, int64_t cout, int64_t cin, int64_t k) const {
+    return {f32(prefix + "weight", {cout, cin, k}), f32(prefix + "bias", {cout})};
+  }
+
+  ActivationWeights activation(const std::string& prefix, int64_t channels) const {
+    ActivationWeights a;
+    a.log_alpha = f32(prefix + "act.alpha", {channels});
+    a.log_beta = f32(prefix + "act.beta", {channels});
+    const std::vector<float> up = filter(prefix + "upsample.filter");
+    const std::vector<float> down = filter(prefix + "downsample.lowpass.filter");
+    a.up_filter = place(repeat_filter(up, channels, static_cast<float>(kAliasRatio)));
+    a.down_filter = place(repeat_filter(down, channels, 1.0f));
+    return a;
+  }
+
+  Tensor place(const Tensor& host_tensor) const { return host_tensor.to(policy_.device); }
+
+  Tensor host(const std::string& name, const Shape& shape) const {
+    H3_CHECK(ckpt_.has(name), ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt_.source(),
+             ": missing tensor '", name, "'");
+    Tensor t = ckpt_.tensor(name);
+    H3_CHECK(t.numel() == shape_numel(shape), ErrorCode::kInvalidFile, "audio VAE weight '", name,
+             "' has shape ", shape_str(t.shape()), ", expected ", shape_str(shape));
+    return t.to(DType::kF32).contiguous().reshape(shape);
+  }
+
+ private:
+  std::vector<float> filter(const std::string& name) const {
+    std::vector<float> taps = host(name, {kAliasFilterTaps}).to_f32_vector();
+    const std::vector<float> built = alias_free_filter();
+    double worst = 0.0;
+    for (size_t i = 0; i < taps.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(taps[i]) - built[i]));
+    if (worst > 1e-6) {
+      H3_LOG_WARN("audio VAE: filter '", name, "' differs from the Kaiser-sinc construction by ",
+                  worst, "; using the stored values, as the reference does");
+    }
+    return taps;
+  }
+
+  static Tensor repeat_filter(const std::vector<float>& taps, int64_t channels, float gain) {
+    const int64_t k = static_cast<int64_t>(taps.size());
+    std::vector<float> out(static_cast<size_t>(channels * k));
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < k; ++i) out[static_cast<size_t>(c * k + i)] = gain * taps[static_cast<size_t>(i)];
+    return Tensor::from_f32(out, {channels, 1, k});
+  }
+
+  const io::Checkpoint& ckpt_;
+  const AudioVaeWeightPolicy& policy_;
+};
+
+EncoderWeights build_encoder(const AudioVaeConfig& c, const Builder& b) {
+  EncoderWeights e;
+  e.conv_in = b.wn_conv("encoder.block.0.", {c.encoder_dim, 1, 7}, true);
+  int64_t d = c.encoder_dim;  // residual-unit width of the current block (§3.3: d/2 of its output)
+  const int64_t dilations[3] = {1, 3, 9};
+  for (size_t i = 0; i < c.encoder_rates.size(); ++i) {
+    const std::string p = "encoder.block." + std::to_string(i + 1) + ".block.";
+    EncoderBlockWeights blk;
+    for (int u = 0; u < 3; ++u) {
+      const std::string r = p + std::to_string(u) + ".block.";
+      ResidualUnitWeights ru;
+      ru.alpha1 = b.f32(r + "0.alpha", {d});
+      ru.conv1 = b.wn_conv(r + "1.", {d, d, 7}, true);
+      ru.alpha2 = b.f32(r + "2.alpha", {d});
+      ru.conv2 = b.wn_conv(r + "3.", {d, d, 1}, true);
+      ru.dilation = dilations[u];
+      blk.units.push_back(std::move(ru));
+    }
+    blk.alpha = b.f32(p + "3.alpha", {d});
+    blk.stride = c.encoder_rates[i];
+    blk.down = b.wn_conv(p + "4.", {2 * d, d, 2 * blk.stride}, true);
+    e.blocks.push_back(std::move(blk));
+    d *= 2;
+  }
+  const size_t n = c.encoder_rates.size();
+  e.alpha_out = b.f32("encoder.block." + std::to_string(n + 1) + ".alpha", {d});
+  e.conv_out = b.wn_conv("encoder.block." + std::to_string(n + 2) + ".", {c.latent_dim, d, 3}, true);
+
+  PreBlockWeights& pb = e.pre_block;
+  const int64_t ld = c.latent_dim, lc = c.latent_channels;
+  pb.norm1_w = b.f32("pre_block.norm1.weight", {ld});
+  pb.norm1_b = b.f32("pre_block.norm1.bias", {ld});
+  pb.norm3_w = b.f32("pre_block.norm3.weight", {ld});
+  pb.norm3_b = b.f32("pre_block.norm3.bias", {ld});
+  pb.norm2_w = b.f32("pre_block.norm2.weight", {lc});
+  pb.norm2_b = b.f32("pre_block.norm2.bias", {lc});
+  pb.qkv_w = b.f32("pre_block.attn.qkv.weight", {3 * ld, ld});
+  {
+    // F.linear(x, W, cat(q_bias, zero_k_bias, v_bias)) (§3.3): the stored zero key bias is used
+    // as stored, like every other buffer.
+    std::vector<float> bias;
+    for (const char* name : {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias", "pre_block.attn.v_bias"}) {
+      const std::vector<float> part = b.host(name, {ld}).to_f32_vector();
+      bias.insert(bias.end(), part.begin(), part.end());
+    }
+    pb.qkv_b = b.place(Tensor::from_f32(bias, {3 * ld}));
+  }
+  pb.head_pool = b.place(head_pool_matrix(c.num_attention_heads, c.head_dim(), lc));
+  pb.attn_proj_w = b.f32("pre_block.attn.proj.weight", {lc, lc});
+  pb.attn_proj_b = b.f32("pre_block.attn.proj.bias", {lc});
+  pb.proj_w = b.f32("pre_block.proj.weight", {lc, ld});
+  pb.proj_b = b.f32("pre_block.proj.bias", {lc});
+  pb.mlp_norm_w = b.f32("pre_block.mlp.norm.weight", {lc});
+  pb.mlp_norm_b = b.f32("pre_block.mlp.norm.bias", {lc});
+  pb.w0 = b.f32("pre_block.mlp.w0.weight", {2 * lc, lc});
+  pb.b0 = b.f32("pre_block.mlp.w0.bias", {2 * lc});
+  pb.w1 = b.f32("pre_block.mlp.w1.weight", {2 * lc, lc});
+  pb.b1 = b.f32("pre_block.mlp.w1.bias", {2 * lc});
+  pb.w2 = b.f32("pre_block.mlp.w2.weight", {lc, 2 * lc});
+  pb.b2 = b.f32("pre_block.mlp.w2.bias", {lc});
+
+  e.mean_proj = b.plain_conv("mean_proj.", lc, lc, 1);
+  e.logs_proj = b.plain_conv("logs_proj.", lc, lc, 1);
+  return e;
+}
+
+DecoderWeights build_decoder(const AudioVaeConfig& c, const Builder& b) {
+  DecoderWeights d;
+  d.in_proj = b.plain_conv("dec_in_proj.", c.latent_dim, c.latent_channels, 1);
+  d.conv_pre = b.wn_conv("decoder.conv_pre.", {c.decoder_dim, c.latent_dim, 7}, true);
+  int64_t ch = c.decoder_dim;
+  for (size_t i = 0; i < c.decoder_rates.size(); ++i) {
+    const std::string p = "decoder.ups." + std::to_string(i) + ".0.";
+    d.ups.push_back(b.wn_conv_transpose(p, ch, ch / 2, c.decoder_kernel_sizes[i]));
+    d.rates.push_back(c.decoder_rates[i]);
+    d.kernels.push_back(c.decoder_kernel_sizes[i]);
+    ch /= 2;
+  }
+  const size_t nk = c.resblock_kernel_sizes.size();
+  for (size_t i = 0; i < c.decoder_rates.size(); ++i) {
+    const int64_t chi = c.decoder_channels(i);
+    for (size_t j = 0; j < nk; ++j) {
+      const std::string p = "decoder.resblocks." + std::to_string(i * nk + j) + ".";
+      AmpBlockWeights amp;
+      amp.kernel = c.resblock_kernel_sizes[j];
+      amp.dilations = c.resblock_dilation_sizes[j];
+      for (size_t m = 0; m < amp.dilations.size(); ++m) {
+        amp.convs1.push_back(b.wn_conv(p + "convs1." + std::to_string(m) + ".", {chi, chi, amp.kernel}, true));
+        amp.convs2.push_back(b.wn_conv(p + "convs2." + std::to_string(m) + ".", {chi, chi, amp.kernel}, true));
+      }
+      for (size_t a = 0; a < 2 * amp.dilations.size(); ++a)
+        amp.acts.push_back(b.activation(p + "activations." + std::to_string(a) + ".", chi));
+      d.resblocks.push_back(std::move(amp));
+    }
+  }
+  d.act_post = b.activation("decoder.activation_post.", ch);
+  d.conv_post = b.wn_conv("decoder.conv_post.", {1, ch, 7}, false);
+  return d;
+}
+
+uint64_t bytes_of(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
+uint64_t bytes_of(const ConvWeights& c) { return bytes_of(c.w) + bytes_of(c.b); }
+uint64_t bytes_of(const ActivationWeights& a) {
+  return bytes_of(a.log_alpha) + bytes_of(a.log_beta) + bytes_of(a.up_filter) + bytes_of(a.down_filter);
+}
+
+}  // namespace
+
+AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
+                                       const AudioVaeWeightPolicy& policy) {
+  const models::Schema schema = models::audio_vae_schema(config.to_json(), ckpt.source());
+  const models::SchemaCheck check = models::check_schema(schema, ckpt);
+  if (!check.ok()) {
+    // The first few problems name the mismatch; a wrong config makes hundreds of them.
+    const std::vector<std::string> errors = check.errors();
+    constexpr size_t kShown = 8;
+    std::string msg;
+    for (size_t i = 0; i < errors.size() && i < kShown; ++i) msg += "\n  " + errors[i];
+    if (errors.size() > kShown) msg += str_cat("\n  ... and ", errors.size() - kShown, " more");
+    fail(ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt.source(),
+         " does not match its config:", msg);
+  }
+  const Builder b(ckpt, policy);
+  AudioVaeWeights w;
+  if (policy.load_encoder) {
+    w.encoder = build_encoder(config, b);
+    w.has_encoder = true;
+  }
+  if (policy.load_decoder) {
+    w.decoder = build_decoder(config, b);
+    w.has_decoder = true;
+  }
+  return w;
+}
+
+uint64_t audio_vae_weight_bytes(const AudioVaeWeights& w) {
+  uint64_t n = 0;
+  if (w.has_encoder) {
+    const EncoderWeights& e = w.encoder;
+    n += bytes_of(e.conv_in) + bytes_of(e.alpha_out) + bytes_of(e.conv_out);
+    for (const auto& blk : e.blocks) {
+      n += bytes_of(blk.alpha) + bytes_of(blk.down);
+      for (const auto& u : blk.units) n += bytes_of(u.alpha1) + bytes_of(u.conv1) + bytes_of(u.alpha2) + bytes_of(u.conv2);
+    }
+    const PreBlockWeights& p = e.pre_block;
+    for (const Tensor* t : {&p.norm1_w, &p.norm1_b, &p.norm3_w, &p.norm3_b, &p.norm2_w, &p.norm2_b,
+                            &p.qkv_w, &p.qkv_b, &p.head_pool, &p.attn_proj_w, &p.attn_proj_b,
+                            &p.proj_w, &p.proj_b, &p.mlp_norm_w, &p.mlp_norm_b, &p.w0, &p.b0,
+                            &p.w1, &p.b1, &p.w2, &p.b2})
+      n += bytes_of(*t);
+    n += bytes_of(e.mean_proj) + bytes_of(e.logs_proj);
+  }
+  if (w.has_decoder) {
+    const DecoderWeights& d = w.decoder;
+    n += bytes_of(d.in_proj) + bytes_of(d.conv_pre) + bytes_of(d.act_post) + bytes_of(d.conv_post);
+    for (const auto& u : d.ups) n += bytes_of(u);
+    for (const auto& amp : d.resblocks) {
+      for (const auto& c : amp.convs1) n += bytes_of(c);
+      for (const auto& c : amp.convs2) n += bytes_of(c);
+      for (const auto& a : amp.acts) n += bytes_of(a);
+    }
+  }
+  return n;
+}
+
+}  // namespace h3::audio_vae

@@ -1,0 +1,269 @@
+// Qwen3-VL language model to the tap layer (h3_components_spec.md §1.6, §1.7).
+#include "models/qwen3_vl/qwen3_vl_model.h"
+
+#include <cmath>
+
+#include "core/status.h"
+#include "ops/ops.h"
+
+namespace h3::qwen3_vl {
+namespace {
+
+// Reads `name`, checks its shape, converts to the compute dtype and moves it to the device.
+Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape,
+                   DType dtype, Device device) {
+  H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, ckpt.source(), ": missing tensor '", name,
+           "' (Qwen3-VL text encoder)");
+  const io::TensorInfo& info = ckpt.info(name);
+  H3_CHECK(info.shape == shape, ErrorCode::kInvalidFile, ckpt.source(), ": tensor '", name,
+           "' has shape ", shape_str(info.shape), ", expected ", shape_str(shape),
+           " from config.json");
+  Tensor t = ckpt.tensor(name).to(dtype);
+  // Own the bytes: a borrowed view would keep the whole mapping alive after release().
+  if (t.storage() && !t.storage()->owned()) t = t.clone();
+  return t.to(device);
+}
+
+}  // namespace
+
+Qwen3VlModel Qwen3VlModel::load(const std::string& dir, DType dtype, Device device) {
+  const Qwen3VlConfig config = Qwen3VlConfig::from_file(dir + "/config.json");
+  const io::Checkpoint ckpt = io::Checkpoint::open(dir);
+  return load(config, ckpt, dtype, device);
+}
+
+Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt,
+                                DType dtype, Device device) {
+  H3_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, ErrorCode::kUnsupported,
+           "Qwen3-VL text encoder: compute dtype ", dtype_name(dtype),
+           " not supported (float32 or bfloat16)");
+  Qwen3VlModel m;
+  m.config_ = config;
+  m.dtype_ = dtype;
+  m.device_ = device;
+  const TextConfig& t = config.text;
+  const int64_t hid = t.hidden_size, hd = t.head_dim;
+  const int64_t q_out = t.num_attention_heads * hd, kv_out = t.num_key_value_heads * hd;
+  const std::string lm = "model.language_model.";
+  m.embed_tokens_ =
+      load_tensor(ckpt, lm + "embed_tokens.weight", {t.vocab_size, hid}, dtype, device);
+  // Layers tap..num_hidden_layers-1, the final norm and lm_head are never read (§1.1).
+  for (int64_t i = 0; i < config.tap_layers; ++i) {
+    const std::string p = lm + "layers." + std::to_string(i) + ".";
+    DecoderLayerWeights w;
+    auto get = [&](const std::string& n, const Shape& s) {
+      return load_tensor(ckpt, p + n, s, dtype, device);
+    };
+    w.input_norm = get("input_layernorm.weight", {hid});
+    w.q_proj = get("self_attn.q_proj.weight", {q_out, hid});
+    w.k_proj = get("self_attn.k_proj.weight", {kv_out, hid});
+    w.v_proj = get("self_attn.v_proj.weight", {kv_out, hid});
+    w.o_proj = get("self_attn.o_proj.weight", {hid, q_out});
+    w.q_norm = get("self_attn.q_norm.weight", {hd});
+    w.k_norm = get("self_attn.k_norm.weight", {hd});
+    w.post_norm = get("post_attention_layernorm.weight", {hid});
+    w.gate_proj = get("mlp.gate_proj.weight", {t.intermediate_size, hid});
+    w.up_proj = get("mlp.up_proj.weight", {t.intermediate_size, hid});
+    w.down_proj = get("mlp.down_proj.weight", {hid, t.intermediate_size});
+    m.layers_.push_back(std::move(w));
+  }
+  if (device.is_cpu()) m.vision_ = VisionTower::load(config, ckpt, dtype);
+  m.loaded_ = true;
+  return m;
+}
+
+uint64_t Qwen3VlModel::weight_bytes() const {
+  uint64_t n = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
+  for (const auto& w : layers_) {
+    for (const Tensor* t : {&w.input_norm, &w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.q_norm,
+                            &w.k_norm, &w.post_norm, &w.gate_proj, &w.up_proj, &w.down_proj}) {
+      if (t->defined()) n += t->nbytes();
+    }
+  }
+  return n + vision_.weight_bytes();
+}
+
+void Qwen3VlModel::release() {
+  embed_tokens_ = Tensor();
+  std::vector<DecoderLayerWeights>().swap(layers_);
+  vision_.release();
+  loaded_ = false;
+}
+
+void Qwen3VlModel::check_loaded(const char* what) const {
+  H3_CHECK(loaded_, ErrorCode::kInvalidArgument, "Qwen3-VL text encoder: ", what,
+           " called on a model that is not loaded (or was released)");
+}
+
+Tensor Qwen3VlModel::embed(const std::vector<int64_t>& ids) const {
+  check_loaded("embed");
+  H3_CHECK(!ids.empty(), ErrorCode::kInvalidArgument,
+           "Qwen3-VL text encoder: empty token sequence");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    H3_CHECK(ids[i] >= 0 && ids[i] < config_.text.vocab_size, ErrorCode::kInvalidArgument,
+             "Qwen3-VL text encoder: token id ", ids[i], " at position ", i,
+             " is outside the vocabulary [0, ", config_.text.vocab_size, ")");
+  }
+  const Tensor idx = Tensor::from_i64(ids, {static_cast<int64_t>(ids.size())}).to(device_);
+  return ops::gather_rows(embed_tokens_, idx);
+}
+
+Tensor text_position_ids(int64_t length) {
+  H3_CHECK(length > 0, ErrorCode::kInvalidArgument, "text_position_ids: length ", length,
+           " must be > 0");
+  std::vector<int64_t> v(static_cast<size_t>(3 * length));
+  for (int64_t a = 0; a < 3; ++a) {
+    for (int64_t i = 0; i < length; ++i) v[static_cast<size_t>(a * length + i)] = i;
+  }
+  return Tensor::from_i64(v, {3, length});
+}
+
+void mrope_tables(const TextConfig& text, const Tensor& position_ids, Tensor* cos, Tensor* sin) {
+  H3_CHECK(position_ids.dim() == 2 && position_ids.size(0) == 3, ErrorCode::kInvalidArgument,
+           "mRoPE: position_ids must be [3, L], got ", shape_str(position_ids.shape()));
+  const int64_t len = position_ids.size(1);
+  const int64_t half = text.head_dim / 2;
+  const std::vector<int64_t> pos = position_ids.to_i64_vector();
+  // inv_freq[j] = 1 / theta^(2j/D) in float32, as the reference computes it on the host.
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  const float theta = static_cast<float>(text.rope_theta);
+  for (int64_t j = 0; j < half; ++j) {
+    const float e = static_cast<float>(2 * j) / static_cast<float>(text.head_dim);
+    inv_freq[static_cast<size_t>(j)] = 1.0f / std::pow(theta, e);
+  }
+  // Axis of frequency j after interleaving: h on j = 1 mod 3 below 3*s_h, w on j = 2 mod 3
+  // below 3*s_w, t elsewhere.
+  std::vector<int> axis(static_cast<size_t>(half), 0);
+  for (int64_t j = 0; j < half; ++j) {
+    if (j % 3 == 1 && j < 3 * text.mrope_section[1]) axis[static_cast<size_t>(j)] = 1;
+    if (j % 3 == 2 && j < 3 * text.mrope_section[2]) axis[static_cast<size_t>(j)] = 2;
+  }
+  std::vector<float> c(static_cast<size_t>(len * text.head_dim));
+  std::vector<float> s(c.size());
+  for (int64_t i = 0; i < len; ++i) {
+    for (int64_t j = 0; j < half; ++j) {
+      const int a = axis[static_cast<size_t>(j)];
+      const float p = static_cast<float>(pos[static_cast<size_t>(a * len + i)]);
+      const float f = p * inv_freq[static_cast<size_t>(j)];
+      const float cv = std::cos(f), sv = std::sin(f);
+      const size_t o = static_cast<size_t>(i * text.head_dim + j);
+      c[o] = cv;
+      c[o + static_cast<size_t>(half)] = cv;
+      s[o] = sv;
+      s[o + static_cast<size_t>(half)] = sv;
+    }
+  }
+  *cos = Tensor::from_f32(c, {len, text.head_dim});
+  *sin = Tensor::from_f32(s, {len, text.head_dim});
+}
+
+Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
+                             std::vector<Tensor>* hidden_states, const Tensor* visual_rows,
+                             const std::vector<Tensor>* deepstack) const {
+  check_loaded("forward");
+  const TextConfig& t = config_.text;
+  H3_CHECK(embeds.dim() == 2 && embeds.size(1) == t.hidden_size, ErrorCode::kInvalidArgument,
+           "Qwen3-VL text encoder: embeddings must be [L, ", t.hidden_size, "], got ",
+           shape_str(embeds.shape()));
+  const int64_t len = embeds.size(0);
+  H3_CHECK(position_ids.dim() == 2 && position_ids.size(0) == 3 && position_ids.size(1) == len,
+           ErrorCode::kInvalidArgument, "Qwen3-VL text encoder: position_ids must be [3, ", len,
+           "], got ", shape_str(position_ids.shape()));
+  Tensor cos, sin;
+  mrope_tables(t, position_ids, &cos, &sin);
+  // The reference casts cos/sin to the activation dtype (bf16 in the release, §1.6).
+  cos = cos.to(dtype_).to(device_);
+  sin = sin.to(dtype_).to(device_);
+  const float eps = static_cast<float>(t.rms_norm_eps);
+  const int64_t hq = t.num_attention_heads, hkv = t.num_key_value_heads, hd = t.head_dim;
+  const int rot = static_cast<int>(hd);
+  ops::AttentionParams ap;
+  ap.causal = len > 1;
+
+  Tensor x = embeds.dtype() == dtype_ ? embeds : ops::cast(embeds, dtype_);
+  if (hidden_states) {
+    hidden_states->clear();
+    hidden_states->push_back(x);
+  }
+  size_t layer = 0;
+  for (const DecoderLayerWeights& w : layers_) {
+    const Tensor h = ops::rms_norm(x, &w.input_norm, eps);
+    const Tensor q = ops::qk_norm_rope(ops::linear(h, w.q_proj).view({len, hq, hd}), &w.q_norm, eps,
+                                       cos, sin, rot);
+    const Tensor k = ops::qk_norm_rope(ops::linear(h, w.k_proj).view({len, hkv, hd}), &w.k_norm,
+                                       eps, cos, sin, rot);
+    const Tensor v = ops::linear(h, w.v_proj).view({len, hkv, hd});
+    const Tensor a = ops::attention(q, k, v, ap).reshape({len, hq * hd});
+    x = ops::add(x, ops::linear(a, w.o_proj));
+    const Tensor h2 = ops::rms_norm(x, &w.post_norm, eps);
+    const Tensor g = ops::silu(ops::linear(h2, w.gate_proj));
+    x = ops::add(x, ops::linear(ops::mul(g, ops::linear(h2, w.up_proj)), w.down_proj));
+    // hidden_states[i] is the decoder layer's own output, recorded before the DeepStack add (as
+    // the reference captures layer outputs); the add is applied to a copy so the record stays.
+    if (hidden_states) hidden_states->push_back(x);
+    if (visual_rows && deepstack && layer < deepstack->size()) {
+      const Tensor rows = ops::gather_rows(x, *visual_rows);
+      x = ops::copy(x);
+      ops::scatter_rows(x, *visual_rows, ops::add(rows, (*deepstack)[layer]));
+    }
+    ++layer;
+  }
+  return x;
+}
+
+Tensor Qwen3VlModel::encode_text(const std::vector<int64_t>& ids,
+                                 std::vector<Tensor>* hidden_states) const {
+  const Tensor e = embed(ids);
+  return forward(e, text_position_ids(static_cast<int64_t>(ids.size())), hidden_states);
+}
+
+Tensor Qwen3VlModel::encode(const std::vector<int64_t>& ids, const Tensor& pixel_values,
+                            const std::vector<GridThw>& image_grids,
+                            const Tensor& pixel_values_videos,
+                            const std::vector<GridThw>& video_grids,
+                            std::vector<Tensor>* hidden_states) const {
+  check_loaded("encode");
+  H3_CHECK(vision_.loaded(), ErrorCode::kUnsupported,
+           "Qwen3-VL text encoder: the vision tower runs on the CPU only for now");
+  Tensor embeds = embed(ids);
+  const Tensor positions = rope_position_ids(ids, image_grids, video_grids, config_);
+  // Visual rows in token order per modality: image pads, then video pads.
+  std::vector<int64_t> rows;
+  std::vector<Tensor> tokens;
+  std::vector<std::vector<Tensor>> stacks;
+  auto add_modality = [&](int64_t pad, const Tensor& pixels, const std::vector<GridThw>& grids,
+                          const char* what) {
+    std::vector<int64_t> r;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] == pad) r.push_back(static_cast<int64_t>(i));
+    }
+    if (grids.empty()) {
+      H3_CHECK(r.empty(), ErrorCode::kInvalidArgument, "Qwen3-VL text encoder: ", r.size(), " ",
+               what, " pad tokens but no ", what, " input");
+      return;
+    }
+    H3_CHECK(pixels.defined(), ErrorCode::kInvalidArgument, "Qwen3-VL text encoder: ", what,
+             " grids given without pixel values");
+    VisionOutput v = vision_.forward(pixels, grids);
+    H3_CHECK(v.tokens.size(0) == static_cast<int64_t>(r.size()), ErrorCode::kInvalidArgument,
+             "Qwen3-VL text encoder: ", r.size(), " ", what, " pad tokens but the ", what,
+             " features have ", v.tokens.size(0), " rows");
+    rows.insert(rows.end(), r.begin(), r.end());
+    tokens.push_back(v.tokens);
+    stacks.push_back(std::move(v.deepstack));
+  };
+  add_modality(config_.image_token_id, pixel_values, image_grids, "image");
+  add_modality(config_.video_token_id, pixel_values_videos, video_grids, "video");
+  if (rows.empty()) return forward(embeds, positions, hidden_states);
+  const Tensor idx = Tensor::from_i64(rows, {static_cast<int64_t>(rows.size())});
+  ops::scatter_rows(embeds, idx, ops::cast(ops::concat(tokens, 0), dtype_));
+  std::vector<Tensor> deepstack;
+  for (size_t d = 0; d < stacks[0].size(); ++d) {
+    std::vector<Tensor> parts;
+    for (const auto& s : stacks) parts.push_back(s[d]);
+    deepstack.push_back(ops::cast(ops::concat(parts, 0), dtype_));
+  }
+  return forward(embeds, positions, hidden_states, &idx, &deepstack);
+}
+
+}  // namespace h3::qwen3_vl

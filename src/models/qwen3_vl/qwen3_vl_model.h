@@ -1,0 +1,93 @@
+// The Qwen3-VL language model up to the tap layer (h3_components_spec.md §1.1, §1.6, §1.7).
+//
+// Only what H3 reads is loaded: the token embeddings and decoder layers 0..tap-1 (tap = 50, the
+// pipeline conditions on hidden_states[50], the unnormalized output of the 50th layer). Later
+// layers, the final norm and the LM head stay on disk. Weights are converted once at load to the
+// compute dtype: float32 reproduces the float32 golden data; bfloat16 on the CPU is the bf16
+// emulation of the released bf16 encoder (ops round where the reference rounds, ops.h).
+//
+// Positions are 3-axis (temporal, height, width) ids, [3, L] int64; text tokens carry the same
+// index on all three axes (§1.6). RoPE frequencies are interleaved across the axes (§1.6).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "models/qwen3_vl/qwen3_vl_config.h"
+#include "models/qwen3_vl/qwen3_vl_positions.h"
+#include "models/qwen3_vl/qwen3_vl_vision.h"
+
+namespace h3::qwen3_vl {
+
+struct DecoderLayerWeights {
+  Tensor input_norm;                      // [hidden]
+  Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in], no bias
+  Tensor q_norm, k_norm;                  // [head_dim]
+  Tensor post_norm;                       // [hidden]
+  Tensor gate_proj, up_proj, down_proj;
+};
+
+class Qwen3VlModel {
+ public:
+  Qwen3VlModel() = default;
+  // `dir` is the text_encoder/ folder (config.json + safetensors checkpoint).
+  static Qwen3VlModel load(const std::string& dir, DType dtype, Device device = Device::cpu());
+  static Qwen3VlModel load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt, DType dtype,
+                           Device device = Device::cpu());
+
+  const Qwen3VlConfig& config() const { return config_; }
+  bool loaded() const { return loaded_; }
+  DType dtype() const { return dtype_; }
+  // Bytes held by the loaded weights (0 after release()).
+  uint64_t weight_bytes() const;
+  // Drops every tensor the model holds (weights and the checkpoint mapping they borrow).
+  void release();
+
+  // Token embeddings [L, hidden]; ids outside the vocabulary are an error.
+  Tensor embed(const std::vector<int64_t>& ids) const;
+  // Runs decoder layers 0..tap-1 over `embeds` [L, hidden] at `position_ids` [3, L] and returns
+  // hidden_states[tap] [L, hidden]. When `hidden_states` is given, it receives
+  // hidden_states[0..tap] (for tests that locate a divergence; layer outputs before any DeepStack
+  // add). With `visual_rows` (int64 [n]) and `deepstack` (each [n, hidden]), the DeepStack features
+  // are added to the residual at those rows after layers 0..deepstack.size()-1 (§1.7 step 6).
+  Tensor forward(const Tensor& embeds, const Tensor& position_ids,
+                 std::vector<Tensor>* hidden_states = nullptr, const Tensor* visual_rows = nullptr,
+                 const std::vector<Tensor>* deepstack = nullptr) const;
+  // Text-only prompt: embeddings of `ids`, text positions, forward.
+  Tensor encode_text(const std::vector<int64_t>& ids,
+                     std::vector<Tensor>* hidden_states = nullptr) const;
+  // Prompt with images and/or videos (§1.6): the vision tower encodes `pixel_values` (images) and
+  // `pixel_values_videos`; merged tokens replace the image / video pad embeddings in order, M-RoPE
+  // positions follow the grids, DeepStack features are injected. Either input may be undefined
+  // with an empty grid list.
+  Tensor encode(const std::vector<int64_t>& ids, const Tensor& pixel_values,
+                const std::vector<GridThw>& image_grids, const Tensor& pixel_values_videos,
+                const std::vector<GridThw>& video_grids,
+                std::vector<Tensor>* hidden_states = nullptr) const;
+  const VisionTower& vision() const { return vision_; }
+
+ private:
+  void check_loaded(const char* what) const;
+  Qwen3VlConfig config_;
+  DType dtype_ = DType::kF32;
+  Device device_ = Device::cpu();
+  bool loaded_ = false;
+  Tensor embed_tokens_;  // [vocab, hidden]
+  std::vector<DecoderLayerWeights> layers_;
+  VisionTower vision_;
+};
+
+// Text positions: [3, L] int64 with 0..L-1 on every axis (§1.6, no vision).
+Tensor text_position_ids(int64_t length);
+
+// Interleaved mRoPE tables for `position_ids` [3, L]: cos and sin [L, head_dim] in float32
+// (§1.6: inv_freq in float32 on the host, axis h on frequencies j = 1 mod 3 below 3*section_h,
+// axis w on j = 2 mod 3 below 3*section_w, the rest temporal; the angle vector doubled).
+void mrope_tables(const TextConfig& text, const Tensor& position_ids, Tensor* cos, Tensor* sin);
+
+}  // namespace h3::qwen3_vl

@@ -1,0 +1,204 @@
+// The DiT with VSA-H3 and FastH3 gates against the reference ($H3_GOLDEN_DIR/vsa manifest,
+// `cases.dit[]`, vsa/README.md §3): per-layer masks exact (from our own coarse scores), block
+// outputs and the video/audio velocities within the README's suggested DiT tolerance, in bf16
+// emulation (the reference ran bf16). The `dense` run uses the dense backend (gates ignored).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "models/h3_dit/dit_model.h"
+#include "ops/vsa.h"
+#include "support/golden.h"
+
+namespace h3 {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// vsa/README.md "Suggested tolerances": DiT outputs bf16 end to end, max |d| <= 5e-2 and
+// mean |d| <= 3e-3 on video_out / audio_out.
+constexpr double kOutMaxAbs = 5e-2;
+constexpr double kOutMeanAbs = 3e-3;
+// Block outputs are bf16 [S, 64] with |ref| up to a few units: 2 bf16 ulps of the largest value
+// plus the same kernel-choice noise, as a fraction of max |ref|.
+constexpr double kBlockRelMax = 2e-2;
+
+const json* vsa_manifest(std::string* why) {
+  static json manifest;
+  static bool loaded = false, ok = false;
+  if (!loaded) {
+    loaded = true;
+    std::ifstream in(fs::path(test::golden_dir()) / "vsa" / "manifest.json");
+    if (in) {
+      manifest = json::parse(in);
+      ok = true;
+    }
+  }
+  if (!ok) *why = "no VSA golden manifest at " + test::golden_dir() + "/vsa/manifest.json";
+  return ok ? &manifest : nullptr;
+}
+
+std::string vsa_path(const std::string& rel) { return test::golden_dir() + "/vsa/" + rel; }
+
+struct AbsStats {
+  double max_abs = 0.0, mean_abs = 0.0;
+};
+
+AbsStats abs_stats(const Tensor& got, const Tensor& ref) {
+  const std::vector<float> a = got.to(Device::cpu()).to(DType::kF32).to_f32_vector();
+  const std::vector<float> b = ref.to(DType::kF32).to_f32_vector();
+  AbsStats s;
+  if (a.size() != b.size() || a.empty()) {
+    s.max_abs = s.mean_abs = INFINITY;
+    return s;
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    s.max_abs = std::max(s.max_abs, std::isnan(d) ? INFINITY : d);
+    sum += d;
+  }
+  s.mean_abs = sum / static_cast<double>(a.size());
+  return s;
+}
+
+double max_abs_of(const Tensor& t) {
+  double m = 0.0;
+  for (float v : t.to(DType::kF32).to_f32_vector()) m = std::max(m, std::fabs(static_cast<double>(v)));
+  return m;
+}
+
+void expect_output(const std::string& name, const Tensor& got, const Tensor& ref) {
+  const AbsStats s = abs_stats(got, ref);
+  std::printf("  %-26s max|d|=%.3e (bound %.0e) mean|d|=%.3e (bound %.0e) max|ref|=%.3f\n",
+              name.c_str(), s.max_abs, kOutMaxAbs, s.mean_abs, kOutMeanAbs, max_abs_of(ref));
+  EXPECT_LE(s.max_abs, kOutMaxAbs) << name;
+  EXPECT_LE(s.mean_abs, kOutMeanAbs) << name;
+}
+
+void expect_block(const std::string& name, const Tensor& got, const Tensor& ref) {
+  const AbsStats s = abs_stats(got, ref);
+  const double rm = max_abs_of(ref);
+  const double rel = rm > 0 ? s.max_abs / rm : s.max_abs;
+  std::printf("  %-26s max|d|=%.3e mean|d|=%.3e max|d|/max|ref|=%.3e (bound %.0e)\n", name.c_str(),
+              s.max_abs, s.mean_abs, rel, kBlockRelMax);
+  EXPECT_LE(rel, kBlockRelMax) << name;
+}
+
+// Number of differing entries of two u8 masks.
+int64_t mask_mismatches(const Tensor& got, const Tensor& ref) {
+  const Tensor g = got.to(Device::cpu());
+  if (g.numel() != ref.numel()) return std::max<int64_t>(g.numel(), ref.numel());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) bad += g.data<uint8_t>()[i] != ref.data<uint8_t>()[i];
+  return bad;
+}
+
+dit::DitInputs read_inputs(const io::SafetensorsFile& f) {
+  dit::DitInputs in;
+  in.hidden_states = f.tensor("hidden_states");
+  in.audio_hidden_states = f.tensor("audio_hidden_states");
+  in.encoder_hidden_states = f.tensor("encoder_hidden_states");
+  in.timestep = f.tensor("timestep");
+  in.timestep_indices = f.tensor("timestep_indices");
+  in.token_tags = f.tensor("token_tags");
+  in.position_ids = f.tensor("position_ids");
+  in.video_indices = f.tensor("video_indices");
+  in.audio_indices = f.tensor("audio_indices");
+  in.text_indices = f.tensor("text_indices");
+  return in;
+}
+
+TEST(GoldenDitVsa, FastH3RunsMatchReference) {
+  std::string why;
+  const json* manifest = vsa_manifest(&why);
+  if (!manifest) {
+    if (test::golden_required()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  ASSERT_TRUE((*manifest)["cases"].contains("dit")) << "VSA manifest has no cases.dit";
+  int runs_checked = 0;
+  for (const json& c : (*manifest)["cases"]["dit"]) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const auto file = io::SafetensorsFile::open(vsa_path(c["file"].get<std::string>()));
+    const dit::DitInputs in = read_inputs(*file);
+    const std::string ckpt_dir = vsa_path(c["checkpoint"].get<std::string>());
+
+    for (const auto& [run_name, run] : c["runs"].items()) {
+      SCOPED_TRACE(run_name);
+      const json& tensors = run["tensors"];
+      const bool is_vsa = run.contains("VSA_sparsity");
+      dit::DitOptions opt;
+      opt.precision = dit::DitPrecision::kBF16;
+      opt.rounding = dit::DitRounding::kEager;
+      if (is_vsa) {
+        opt.attention = dit::DitAttentionBackend::kVsa;
+        opt.vsa.sparsity = run["VSA_sparsity"].get<double>();
+        opt.vsa.tile_size = run.value("tile_size", 64);
+        opt.vsa.mode = ops::parse_vsa_mode(run.value("vsa_mode", std::string("exempt")));
+      }
+      const dit::DitModel model = dit::DitModel::load(ckpt_dir, opt);
+      if (is_vsa) {
+        EXPECT_TRUE(model.has_vsa_gates()) << "the FastH3 checkpoint's gates were not loaded";
+        EXPECT_EQ(run.value("gate_active", true), model.has_vsa_gates());
+      }
+      dit::DitTrace trace;
+      const dit::DitOutputs out = model.forward(in, &trace);
+      std::printf("%s / %s (%s):\n", name.c_str(), run_name.c_str(),
+                  is_vsa ? "vsa backend" : "dense backend");
+
+      if (is_vsa) {
+        ASSERT_EQ(trace.vsa.size(), tensors["layer_mask"].size());
+        const dit::DitLayout layout = model.make_layout(in.position_ids, in.token_tags,
+                                                        in.video_indices, in.audio_indices,
+                                                        in.text_indices);
+        EXPECT_EQ(layout.vsa.num_prefix_tiles, c["num_prefix_tiles"].get<int64_t>());
+        EXPECT_EQ(layout.vsa.num_video_tiles, c["num_video_tiles"].get<int64_t>());
+        EXPECT_EQ(layout.vsa.tile_sizes, file->tensor("variable_block_sizes").to_i64_vector());
+        if (run.contains("k_vid")) {
+          EXPECT_EQ(ops::vsa_topk(opt.vsa.sparsity, layout.vsa.num_video_tiles),
+                    run["k_vid"].get<int64_t>());
+        }
+        for (size_t l = 0; l < trace.vsa.size(); ++l) {
+          const Tensor ref_scores = file->tensor(tensors["layer_scores"][l].get<std::string>());
+          const Tensor ref_mask = file->tensor(tensors["layer_mask"][l].get<std::string>());
+          const AbsStats sd = abs_stats(trace.vsa[l].scores, ref_scores);
+          const int64_t own = mask_mismatches(trace.vsa[l].mask, ref_mask);
+          // The golden scores through our mask builder isolate top-k from score noise.
+          const int64_t from_ref = mask_mismatches(
+              ops::vsa_block_mask(ref_scores, layout.vsa, opt.vsa.sparsity, opt.vsa.mode), ref_mask);
+          std::printf("  layer %zu: scores max|d|=%.3e, mask mismatches %lld (own scores), %lld "
+                      "(golden scores) of %lld\n",
+                      l, sd.max_abs, static_cast<long long>(own), static_cast<long long>(from_ref),
+                      static_cast<long long>(ref_mask.numel()));
+          EXPECT_EQ(own, 0) << "layer " << l << " mask from our scores";
+          EXPECT_EQ(from_ref, 0) << "layer " << l << " mask from the golden scores";
+        }
+      } else {
+        EXPECT_TRUE(trace.vsa.empty());
+      }
+      ASSERT_EQ(trace.block_out.size(), tensors["block_out"].size());
+      for (size_t i = 0; i < trace.block_out.size(); ++i) {
+        const std::string bn = tensors["block_out"][i].get<std::string>();
+        expect_block(bn, trace.block_out[i], file->tensor(bn).select(0, 0));
+      }
+      expect_output(tensors["video_out"].get<std::string>(), out.video,
+                    file->tensor(tensors["video_out"].get<std::string>()).select(0, 0));
+      expect_output(tensors["audio_out"].get<std::string>(), out.audio,
+                    file->tensor(tensors["audio_out"].get<std::string>()).select(0, 0));
+      ++runs_checked;
+    }
+  }
+  EXPECT_GE(runs_checked, 1);
+}
+
+}  // namespace
+}  // namespace h3

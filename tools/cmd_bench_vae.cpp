@@ -1,0 +1,268 @@
+// h3 bench vae: times a video VAE decode with deterministic random weights, by default at the
+// released dimensions and the full 1344x768x124 request (latents 24x37x48x84: 7 windows x 28 tiles
+// = 196 decoder calls, h3_components_spec.md §2.11), and reports seconds and peak memory.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "core/device.h"
+#include "core/status.h"
+#include "models/video_vae/video_vae_model.h"
+
+namespace {
+
+using h3::ErrorCode;
+namespace vv = h3::video_vae;
+
+struct BenchArgs {
+  std::string device;
+  std::string precision;
+  bool small = false;
+  bool tiling = true;
+  int64_t t = -1, h = -1, w = -1;
+  int repeat = 1;
+  int warmup = 0;
+  uint64_t seed = 0;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  H3_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos,
+           ErrorCode::kInvalidArgument, flag, " expects a non-negative integer, got '", v, "'");
+  int64_t x = 0;
+  try {
+    x = std::stoll(v);
+  } catch (const std::exception&) {
+    h3::fail(ErrorCode::kInvalidArgument, flag, " value '", v, "' is out of range");
+  }
+  H3_CHECK(x >= lo && x <= hi, ErrorCode::kInvalidArgument, flag, " must be in [", lo, ", ", hi,
+           "], got ", x);
+  return x;
+}
+
+void parse_latents(const std::string& v, BenchArgs& a) {
+  // "T,h,w" latent frames, rows, columns.
+  std::vector<int64_t> parts;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t comma = v.find(',', start);
+    const std::string piece = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    parts.push_back(parse_int("--latents", piece, 1, 4096));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  H3_CHECK(parts.size() == 3, ErrorCode::kInvalidArgument,
+           "--latents expects T,h,w (latent frames, rows, columns), got '", v, "'");
+  a.t = parts[0], a.h = parts[1], a.w = parts[2];
+}
+
+void print_help() {
+  std::printf(
+      "usage: h3 bench vae [options]\n\n"
+      "Decodes random latents with a video VAE of deterministic random weights and reports the\n"
+      "time and peak memory. Default: released dimensions (36-layer ViT decoder, width 2048) and\n"
+      "the 1344x768x124 request (latents 37x48x84), released tiling (256 px tiles, >= 64 px overlap).\n\n"
+      "  --device D        cuda, cuda:N or cpu (default: cuda when available)\n"
+      "  --precision P     f16-autocast (the reference's CUDA recipe; default on cuda) or f32\n"
+      "  --small           tiny dimensions (the golden tiny-h3 VAE) and latents 7x24x40 (384x640x22):\n"
+      "                    a decode that runs on a CPU in seconds\n"
+      "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for 5n+2)\n"
+      "  --no-tiling       decode whole windows without spatial tiles\n"
+      "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
+      "  --seed N          weight and latent seed (default 0)\n");
+}
+
+vv::VideoVaeConfig small_config() {
+  // The golden tiny-h3 VAE's dimensions.
+  vv::VideoVaeConfig c;
+  c.block_out_channels = {8, 16, 16, 32, 32, 32};
+  c.layers_per_block = 1;
+  c.norm_num_groups = 8;
+  c.decoder_num_layers = 2;
+  c.decoder_num_attention_heads = 2;
+  c.decoder_attention_head_dim = 32;
+  c.validate("tiny VAE config");
+  return c;
+}
+
+int64_t peak_host_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // kilobytes on Linux
+}
+
+// Samples the device's used memory (total - free) while alive; records the maximum.
+class DevicePeakSampler {
+ public:
+  explicit DevicePeakSampler(const h3::Device& d) : device_(d) {
+    if (!d.is_cuda()) return;
+    peak_ = used();
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        const int64_t u = used();
+        int64_t p = peak_.load();
+        while (u > p && !peak_.compare_exchange_weak(p, u)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  ~DevicePeakSampler() { stop(); }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  int64_t used() const {
+    size_t free_b = 0, total_b = 0;
+    h3::cuda_memory_info(device_.index, &free_b, &total_b);
+    return static_cast<int64_t>(total_b - free_b);
+  }
+  int64_t peak() const { return peak_.load(); }
+
+ private:
+  h3::Device device_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> peak_{0};
+  std::thread thread_;
+};
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+int run_bench_vae(const std::vector<std::string>& args) {
+  BenchArgs a;
+  bool latents_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    auto value = [&]() -> const std::string& {
+      H3_CHECK(i + 1 < args.size(), ErrorCode::kInvalidArgument, f, " needs a value");
+      return args[++i];
+    };
+    if (f == "--help" || f == "-h") {
+      print_help();
+      return 0;
+    } else if (f == "--device") {
+      a.device = value();
+    } else if (f == "--precision") {
+      a.precision = value();
+    } else if (f == "--small") {
+      a.small = true;
+    } else if (f == "--no-tiling") {
+      a.tiling = false;
+    } else if (f == "--latents") {
+      parse_latents(value(), a);
+      latents_given = true;
+    } else if (f == "--repeat") {
+      a.repeat = static_cast<int>(parse_int(f, value(), 1, 1000));
+    } else if (f == "--warmup") {
+      a.warmup = static_cast<int>(parse_int(f, value(), 0, 1000));
+    } else if (f == "--seed") {
+      a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, int64_t{1} << 40));
+    } else {
+      h3::fail(ErrorCode::kInvalidArgument, "unknown option '", f, "' (see h3 bench vae --help)");
+    }
+  }
+  const h3::Device device =
+      a.device.empty() ? (h3::cuda_available() ? h3::Device::cuda(0) : h3::Device::cpu())
+                       : h3::parse_device(a.device);
+  H3_CHECK(device.is_cpu() || h3::cuda_available(), ErrorCode::kUnsupported, "--device ",
+           device.str(), ": no CUDA device is available in this build or machine");
+  if (!latents_given) {
+    if (a.small) {
+      a.t = 7, a.h = 24, a.w = 40;
+    } else {
+      a.t = 37, a.h = 48, a.w = 84;
+    }
+  }
+  H3_CHECK(device.is_cuda() || a.small || latents_given, ErrorCode::kInvalidArgument,
+           "a full-size decode at released dimensions takes hours on a CPU; use --device cuda, "
+           "--small, or --latents to choose a smaller request");
+  vv::VideoVaeOptions opt;
+  opt.device = device;
+  opt.precision = a.precision.empty()
+                      ? (device.is_cuda() ? vv::VaePrecision::kF16Autocast : vv::VaePrecision::kF32)
+                      : vv::parse_precision(a.precision);
+  opt.use_tiling = a.tiling;
+  opt.load_encoder = false;
+  const vv::VideoVaeConfig config = a.small ? small_config() : vv::VideoVaeConfig();
+
+  DevicePeakSampler sampler(device);
+  const int64_t baseline = device.is_cuda() ? sampler.used() : 0;
+  const auto t_load = std::chrono::steady_clock::now();
+  vv::VideoVaeWeightPolicy wp;
+  wp.device = device;
+  wp.decoder_gemm_dtype = opt.precision == vv::VaePrecision::kF16Autocast ? h3::DType::kF16 : h3::DType::kF32;
+  wp.load_encoder = false;
+  const vv::VideoVae vae =
+      vv::VideoVae::from_weights(config, vv::random_video_vae_weights(config, a.seed, wp), opt);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+
+  // Latents: uniform in [-2, 2), deterministic in the seed (values do not change the work done).
+  h3::Tensor z = h3::Tensor::empty({1, config.latent_channels, a.t, a.h, a.w}, h3::DType::kF32);
+  uint64_t state = a.seed * 6364136223846793005ull + 1442695040888963407ull;
+  float* zp = z.data<float>();
+  for (int64_t i = 0; i < z.numel(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    zp[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+  }
+  const h3::Tensor z_dev = z.to(device);
+
+  const vv::TemporalPlan plan = vv::temporal_decode_plan(a.t, config);
+  const int64_t r = config.spatial_ratio();
+  int64_t tiles = 1;
+  if (a.tiling) {
+    tiles = static_cast<int64_t>(vv::split_tiles(a.h * r, opt.tiles.tile_height, opt.tiles.min_overlap_height, r).starts.size() *
+                                 vv::split_tiles(a.w * r, opt.tiles.tile_width, opt.tiles.min_overlap_width, r).starts.size());
+  }
+  std::printf("h3 bench vae: %s, %s, %s dimensions, weights %.2f GiB (decoder only), loaded in %.2f s\n",
+              device.str().c_str(), vv::precision_name(opt.precision), a.small ? "tiny" : "released",
+              gib(static_cast<int64_t>(vv::video_vae_weight_bytes(vae.weights()))), load_s);
+  std::printf("request: latents %lldx%lldx%lldx%lld -> %lld frames at %lldx%lld; %lld windows x %lld tiles = %lld decoder calls%s\n",
+              static_cast<long long>(config.latent_channels), static_cast<long long>(a.t),
+              static_cast<long long>(a.h), static_cast<long long>(a.w),
+              static_cast<long long>(plan.output_frames), static_cast<long long>(a.w * r),
+              static_cast<long long>(a.h * r), static_cast<long long>(plan.num_chunks),
+              static_cast<long long>(tiles), static_cast<long long>(plan.num_chunks * tiles),
+              a.tiling ? "" : " (tiling off)");
+
+  for (int i = 0; i < a.warmup; ++i) (void)vae.decode(z_dev).to(h3::Device::cpu());
+  std::vector<double> times;
+  double frames_s = 0.0;
+  h3::Tensor decoded;
+  for (int i = 0; i < a.repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    decoded = vae.decode(z_dev).to(h3::Device::cpu());  // the copy waits for the device
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    const h3::Tensor frames = vv::frames_to_uint8(vv::denormalize_pixels(decoded));
+    frames_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  sampler.stop();
+  double sum = 0.0;
+  for (double t : times) sum += t;
+  const double best = *std::min_element(times.begin(), times.end());
+  std::printf("\n| metric | value |\n|---|---|\n");
+  std::printf("| decode seconds (best of %d) | %.3f |\n", a.repeat, best);
+  std::printf("| decode seconds (mean) | %.3f |\n", sum / static_cast<double>(times.size()));
+  std::printf("| frames per second | %.2f |\n", static_cast<double>(plan.output_frames) / best);
+  std::printf("| seconds per decoder call | %.4f |\n", best / static_cast<double>(plan.num_chunks * tiles));
+  std::printf("| to uint8 frames on the host (s) | %.3f |\n", frames_s);
+  std::printf("| peak host RSS (GiB) | %.2f |\n", gib(peak_host_rss_bytes()));
+  if (device.is_cuda()) {
+    std::printf("| peak device memory in use (GiB, sampled every 2 ms) | %.2f |\n", gib(sampler.peak()));
+    std::printf("| ... above the baseline before loading (GiB) | %.2f |\n", gib(sampler.peak() - baseline));
+  }
+  std::printf("| output | %s float32 |\n", h3::shape_str(decoded.shape()).c_str());
+  return 0;
+}
+
+}  // namespace
+
+H3_COMMAND("bench vae", "time a video VAE decode (random weights) and report peak memory", run_bench_vae);
