@@ -13,6 +13,7 @@
 #include <string>
 
 #include "support/cli.h"
+#include "support/temp_dir.h"
 
 #if defined(H3_WITH_FFMPEG)
 extern "C" {
@@ -30,24 +31,7 @@ using test::run_h3;
 using test::RunResult;
 using test::shell_quote;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("h3_test_generate_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

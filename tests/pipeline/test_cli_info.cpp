@@ -13,6 +13,7 @@
 
 #include "support/cli.h"
 #include "support/golden.h"
+#include "support/temp_dir.h"
 
 namespace h3 {
 namespace {
@@ -31,24 +32,7 @@ using test::shell_quote;
   }                                                                                         \
   const std::string var = var##_g->checkpoint_dir()
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("h3_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 // A writable copy of a repository (the golden files are read-only).
 fs::path copy_repo(const std::string& from, const fs::path& to) {

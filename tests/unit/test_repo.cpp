@@ -12,30 +12,14 @@
 #include "io/repo.h"
 #include "models/tiny_model.h"
 #include "support/golden.h"
+#include "support/temp_dir.h"
 
 namespace h3 {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("h3_test_repo_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
