@@ -31,15 +31,18 @@ done
 cp "$root/scripts/device_run.sh" "$stage/"
 
 # Golden data for the GPU parity tests: the manifest cut down to the kinds in H3_DEVICE_GOLDEN
-# (default "dit"), those files, and the checkpoint components they need (the GPU machine has no
-# shared/ folder). H3_DEVICE_GOLDEN_COMPONENTS names the checkpoint folders to copy.
+# ("all", the default, keeps every kind), those files, and the checkpoint components they need
+# (the GPU machine has no shared/ folder). H3_DEVICE_GOLDEN_COMPONENTS names the checkpoint
+# folders to copy ("all", the default, copies every one).
 golden=${H3_GOLDEN_DIR:-$root/../shared/golden}
 if [ -f "$golden/manifest.json" ]; then
-  python3 - "$golden" "$stage/golden" "${H3_DEVICE_GOLDEN:-dit}" \
-    "${H3_DEVICE_GOLDEN_COMPONENTS:-transformer transformer_ref}" <<'PY'
+  python3 - "$golden" "$stage/golden" "${H3_DEVICE_GOLDEN:-all}" \
+    "${H3_DEVICE_GOLDEN_COMPONENTS:-all}" <<'PY'
 import json, os, shutil, sys
 src, dst, kinds, comps = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 m = json.load(open(os.path.join(src, "manifest.json")))
+if kinds == ["all"]:
+    kinds = sorted({f.get("kind") for f in m["files"]} | {"vsa"})
 keep = [f for f in m["files"] if f.get("kind") in kinds]
 for f in keep:
     os.makedirs(os.path.dirname(os.path.join(dst, f["file"])), exist_ok=True)
@@ -50,10 +53,10 @@ for name in os.listdir(os.path.join(src, ck)):
     p = os.path.join(src, ck, name)
     if os.path.isfile(p):
         shutil.copy(p, os.path.join(dst, ck, name))
-    elif name in comps:
-        shutil.copytree(p, os.path.join(dst, ck, name))
+    elif name in comps or comps == ["all"]:
+        shutil.copytree(p, os.path.join(dst, ck, name), dirs_exist_ok=True)
 if "vsa" in kinds and os.path.isdir(os.path.join(src, "vsa")):
-    shutil.copytree(os.path.join(src, "vsa"), os.path.join(dst, "vsa"))
+    shutil.copytree(os.path.join(src, "vsa"), os.path.join(dst, "vsa"), dirs_exist_ok=True)
 m["files"] = keep
 json.dump(m, open(os.path.join(dst, "manifest.json"), "w"))
 print("device_build: staged %d golden files of kinds %s" % (len(keep), kinds))
@@ -72,5 +75,8 @@ for f in "$stage"/bin/*; do
   fi
 done
 [ "$bad" = 0 ] || exit 1
-du -sh "$stage"
 ls -la "$stage/bin"
+# The working tree that travels to the GPU machine is limited in size: the static binaries
+# compress about 5x, so they travel packed and device_run.sh unpacks them.
+tar -C "$stage" -cJf "$stage/bin.tar.xz" bin && rm -rf "$stage/bin"
+du -sh "$stage" "$stage"/*

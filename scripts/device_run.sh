@@ -5,13 +5,15 @@
 #   2. the attention benchmark (H3_BENCH_ATTENTION=1, H3_BENCH_CHECK=1);
 #   3. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over two small
 #      gpu tests that use shared memory (when compute-sanitizer is installed).
-# H3_DEVICE_STEPS selects steps (default "tests bench sanitize").
+#   4. the model benchmarks (`h3 bench dit|vae|vsa`) and the load benchmark (`h3 bench load`).
+# H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
+if [ -f "$here/bin.tar.xz" ] && [ ! -d "$bin" ]; then tar -C "$here" -xJf "$here/bin.tar.xz"; fi
 out=${OUT:-/tmp/h3-device-out}
 mkdir -p "$out"
-steps=${H3_DEVICE_STEPS:-tests bench models sanitize}
+steps=${H3_DEVICE_STEPS:-tests bench models load sanitize}
 [ -f "$here/golden/manifest.json" ] && export H3_GOLDEN_DIR=$here/golden
 summary=$out/summary.txt
 : >"$summary"
@@ -34,16 +36,20 @@ run() {
 
 if [[ " $steps " == *" tests "* ]]; then
   [ -x "$bin/h3_unit_tests" ] && run unit 90 "$bin/h3_unit_tests"
-  [ -x "$bin/h3_backend_ops" ] && run ops 200 "$bin/h3_backend_ops"
+  # VSA first and on its own, under a short limit: a producer/consumer disagreement in a
+  # warp-specialized kernel hangs instead of failing.
+  [ -x "$bin/h3_backend_ops" ] && run ops_vsa 90 "$bin/h3_backend_ops" --gtest_filter='*vsa*:*Vsa*'
+  [ -x "$bin/h3_gpu_tests" ] && run gpu_vsa 120 "$bin/h3_gpu_tests" --gtest_filter='*Vsa*'
+  [ -x "$bin/h3_backend_ops" ] && run ops 200 "$bin/h3_backend_ops" --gtest_filter='-*vsa*:*Vsa*'
   # Large shapes: only the attention ones (the CPU side of other large cases is slow without BLAS).
   [ -x "$bin/h3_backend_ops" ] && H3_OPS_LARGE=1 run ops_large 150 "$bin/h3_backend_ops" \
     --gtest_filter='*attention_dit_slice*:*attention_qwen*:*attention_vae*'
   grep -E "^\[cuda\]" "$out/ops_large.log" 2>/dev/null >>"$out/ops.log"
-  [ -x "$bin/h3_gpu_tests" ] && run gpu 120 "$bin/h3_gpu_tests"
+  [ -x "$bin/h3_gpu_tests" ] && run gpu 420 "$bin/h3_gpu_tests" --gtest_filter='-*Vsa*:AttentionBench.*'
   # The measured CUDA figures, for the record.
   grep -E "^\[cuda\]" "$out/ops.log" 2>/dev/null | grep -E "attention|rms_norm_modulate|qk_norm_rope|epilogue" \
     | head -40 >>"$summary"
-  grep -E "rel_l2" "$out/gpu.log" 2>/dev/null | head -20 >>"$summary"
+  grep -E "rel_l2|floor" "$out/gpu.log" 2>/dev/null | head -60 >>"$summary"
 fi
 
 if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
@@ -54,8 +60,19 @@ fi
 if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
   run bench_dit 240 "$bin/h3" bench dit --blocks 2 --iters 3
   cat "$out/bench_dit.log" >>"$summary"
-  run bench_vae 240 "$bin/h3" bench vae --repeat 1 --warmup 0
+  run bench_vae 240 "$bin/h3" bench vae --repeat 1 --warmup 0 --profile
   cat "$out/bench_vae.log" >>"$summary"
+  if "$bin/h3" bench vsa --help >/dev/null 2>&1; then
+    run bench_vsa 120 "$bin/h3" bench vsa
+    cat "$out/bench_vsa.log" >>"$summary"
+    H3_VSA_HOPPER=0 run bench_vsa_mma 120 "$bin/h3" bench vsa
+    cat "$out/bench_vsa_mma.log" >>"$summary"
+  fi
+fi
+# Weight loading: a synthetic DiT-width file of 12+ GB, cold and warm (H3_LOAD_FILE to reuse one).
+if [[ " $steps " == *" load "* ]] && [ -x "$bin/h3" ] && "$bin/h3" bench load --help >/dev/null 2>&1; then
+  run bench_load 420 "$bin/h3" bench load --file "${H3_LOAD_FILE:-/tmp/h3-load-bench.safetensors}"
+  cat "$out/bench_load.log" >>"$summary"
 fi
 if [[ " $steps " == *" sanitize "* ]]; then
   if command -v compute-sanitizer >/dev/null 2>&1; then

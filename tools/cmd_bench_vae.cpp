@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "core/status.h"
 #include "models/video_vae/video_vae_model.h"
+#include "ops/ops.h"
 
 namespace {
 
@@ -29,6 +30,9 @@ struct BenchArgs {
   int64_t t = -1, h = -1, w = -1;
   int repeat = 1;
   int warmup = 0;
+  int64_t tile_batch = 0;  // 0: automatic (VideoVaeOptions::tile_batch)
+  bool profile = false;
+  bool stream = false;
   uint64_t seed = 0;
 };
 
@@ -74,6 +78,12 @@ void print_help() {
       "                    a decode that runs on a CPU in seconds\n"
       "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for 5n+2)\n"
       "  --no-tiling       decode whole windows without spatial tiles\n"
+      "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: automatic,\n"
+      "                    as many as a 4 GiB activation budget allows on CUDA; 1: one at a time)\n"
+      "  --profile         one more decode with the device synchronized at every stage boundary,\n"
+      "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, blend)\n"
+      "  --stream          time the streaming decode (frames handed out per window) instead, with\n"
+      "                    the latency to the first finished frames\n"
       "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
       "  --seed N          weight and latent seed (default 0)\n");
 }
@@ -154,6 +164,12 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.small = true;
     } else if (f == "--no-tiling") {
       a.tiling = false;
+    } else if (f == "--tile-batch") {
+      a.tile_batch = parse_int(f, value(), 0, 4096);
+    } else if (f == "--profile") {
+      a.profile = true;
+    } else if (f == "--stream") {
+      a.stream = true;
     } else if (f == "--latents") {
       parse_latents(value(), a);
       latents_given = true;
@@ -188,6 +204,7 @@ int run_bench_vae(const std::vector<std::string>& args) {
                       ? (device.is_cuda() ? vv::VaePrecision::kF16Autocast : vv::VaePrecision::kF32)
                       : vv::parse_precision(a.precision);
   opt.use_tiling = a.tiling;
+  opt.tile_batch = a.tile_batch;
   opt.load_encoder = false;
   const vv::VideoVaeConfig config = a.small ? small_config() : vv::VideoVaeConfig();
 
@@ -230,14 +247,49 @@ int run_bench_vae(const std::vector<std::string>& args) {
               static_cast<long long>(tiles), static_cast<long long>(plan.num_chunks * tiles),
               a.tiling ? "" : " (tiling off)");
 
-  for (int i = 0; i < a.warmup; ++i) (void)vae.decode(z_dev).to(h3::Device::cpu());
+  // Streaming: each finished piece is copied to the host as it comes (as the muxer would take it).
+  double first_piece_s = 0.0;
+  int64_t pieces = 0;
+  auto decode_once = [&](vv::VideoDecodeProfile* prof) {
+    if (!a.stream) return vae.decode(z_dev, prof).to(h3::Device::cpu());  // the copy waits for the device
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<h3::Tensor> parts;
+    pieces = 0;
+    vae.decode_streaming(
+        z_dev,
+        [&](int64_t, int64_t, const h3::Tensor& frames) {
+          parts.push_back(frames.to(h3::Device::cpu()));
+          if (pieces++ == 0)
+            first_piece_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        },
+        prof);
+    const h3::Tensor whole = parts.size() == 1 ? parts[0] : h3::ops::concat(parts, 1);
+    return whole.unsqueeze(0);
+  };
+  // The batch decode_clip will use: the limit for a window's tiles, spread evenly over batches.
+  int64_t tile_batch = 1;
+  if (a.tiling) {
+    const int64_t tile_rows = plan.window_tokens * (opt.tiles.tile_height / r) * (opt.tiles.tile_width / r) +
+                              config.decoder_num_register_tokens + 1;
+    const int64_t limit = vae.resolve_tile_batch(tiles, tile_rows);
+    const int64_t batches = (tiles + limit - 1) / limit;
+    tile_batch = (tiles + batches - 1) / batches;
+  }
+  for (int i = 0; i < a.warmup; ++i) (void)decode_once(nullptr);
   std::vector<double> times;
   double frames_s = 0.0;
   h3::Tensor decoded;
   for (int i = 0; i < a.repeat; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    decoded = vae.decode(z_dev).to(h3::Device::cpu());  // the copy waits for the device
+    decoded = decode_once(nullptr);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  vv::VideoDecodeProfile prof;
+  double profiled_s = 0.0;
+  if (a.profile) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)decode_once(&prof);
+    profiled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   {
     const auto t0 = std::chrono::steady_clock::now();
@@ -252,7 +304,13 @@ int run_bench_vae(const std::vector<std::string>& args) {
   std::printf("| decode seconds (best of %d) | %.3f |\n", a.repeat, best);
   std::printf("| decode seconds (mean) | %.3f |\n", sum / static_cast<double>(times.size()));
   std::printf("| frames per second | %.2f |\n", static_cast<double>(plan.output_frames) / best);
-  std::printf("| seconds per decoder call | %.4f |\n", best / static_cast<double>(plan.num_chunks * tiles));
+  std::printf("| seconds per tile | %.4f |\n", best / static_cast<double>(plan.num_chunks * tiles));
+  std::printf("| tile batch | %lld (requested %lld; 0 = automatic) |\n", static_cast<long long>(tile_batch),
+              static_cast<long long>(a.tile_batch));
+  if (a.stream) {
+    std::printf("| streaming: pieces handed out | %lld |\n", static_cast<long long>(pieces));
+    std::printf("| streaming: seconds to the first finished frames (last run) | %.3f |\n", first_piece_s);
+  }
   std::printf("| to uint8 frames on the host (s) | %.3f |\n", frames_s);
   std::printf("| peak host RSS (GiB) | %.2f |\n", gib(peak_host_rss_bytes()));
   if (device.is_cuda()) {
@@ -260,6 +318,33 @@ int run_bench_vae(const std::vector<std::string>& args) {
     std::printf("| ... above the baseline before loading (GiB) | %.2f |\n", gib(sampler.peak() - baseline));
   }
   std::printf("| output | %s float32 |\n", h3::shape_str(decoded.shape()).c_str());
+  if (a.profile) {
+    const vv::DecoderProfile& d = prof.decoder;
+    const double staged = d.gemm_s + d.attention_s + d.norm_s + d.other_s + prof.stitch_s + prof.temporal_s;
+    std::printf("\nProfiled decode (device synchronized at each stage boundary): %.3f s, %lld windows, "
+                "%lld decoder forwards of %lld tiles (batch up to %lld), %lld token rows\n\n",
+                profiled_s, static_cast<long long>(prof.windows), static_cast<long long>(d.calls),
+                static_cast<long long>(d.tiles), static_cast<long long>(prof.tile_batch),
+                static_cast<long long>(d.rows));
+    std::printf("| stage | seconds | share |\n|---|---|---|\n");
+    auto row = [&](const char* name, double sec) {
+      std::printf("| %s | %.3f | %.1f%% |\n", name, sec, profiled_s > 0 ? 100.0 * sec / profiled_s : 0.0);
+    };
+    row("decoder GEMMs (linear)", d.gemm_s);
+    row("decoder attention", d.attention_s);
+    row("decoder norms (RMSNorm, LayerNorm, q/k norm + RoPE)", d.norm_s);
+    row("decoder other (casts, LayerScale, residual, SwiGLU, patching)", d.other_s);
+    row("tile stitch (spatial blends)", prof.stitch_s);
+    row("temporal cross-fade and assembly", prof.temporal_s);
+    row("unaccounted (window slicing, latents padding, host copies)", profiled_s - staged);
+    // Dense GEMM work of the decoder's linears, to read the GEMM stage as a throughput.
+    const double dw = static_cast<double>(config.decoder_width());
+    const double ff = static_cast<double>(config.decoder_ffn_dim());
+    const double per_row = 2.0 * static_cast<double>(config.decoder_num_layers) * (4 * dw * dw + 3 * dw * ff);
+    if (d.gemm_s > 0)
+      std::printf("\nblock GEMMs: %.3g TFLOP in %.3f s = %.3g TFLOP/s\n", per_row * static_cast<double>(d.rows) * 1e-12,
+                  d.gemm_s, per_row * static_cast<double>(d.rows) * 1e-12 / d.gemm_s);
+  }
   return 0;
 }
 

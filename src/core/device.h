@@ -32,10 +32,22 @@ bool cuda_available();
 int cuda_device_count();
 
 // Device memory. cuda_malloc throws kOutOfMemory with the size asked for and what is free.
+//
+// Allocations come from the device's stream-ordered memory pool (cudaMallocAsync on the default
+// stream, on which every op runs) and freed blocks stay in the pool for the next allocation:
+// cudaFree synchronizes the whole device, and a model's forward makes hundreds of temporaries,
+// so a plain cudaMalloc/cudaFree per tensor leaves the GPU idle between ops. Work on another
+// stream that touches a fresh allocation must first wait for the default stream (the loader
+// does). H3_CUDA_POOL=0 restores plain cudaMalloc/cudaFree.
 void* cuda_malloc(size_t bytes, int device);
 void cuda_free(void* ptr, int device) noexcept;
-// Free and total bytes of a device (cudaMemGetInfo): benchmarks sample it to report peak use.
+// Free and total bytes of a device: what the driver reports free plus what the pool holds
+// unused (both are available to the next allocation). Benchmarks sample it to report peak use,
+// the memory planner reads it.
 void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+// Returns the pool's unused blocks to the driver (after a component is released, so that other
+// processes, and cudaMemGetInfo, see the memory as free).
+void cuda_release_cached(int device);
 // Host memory that is page-locked for fast, asynchronous copies.
 void* cuda_host_alloc(size_t bytes);
 void cuda_host_free(void* ptr) noexcept;

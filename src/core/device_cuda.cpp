@@ -1,6 +1,11 @@
 // CUDA runtime side of core/device.h. Compiled only when the build has CUDA.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
 #include "core/device.h"
 #include "core/status.h"
 
@@ -17,12 +22,71 @@ int cuda_device_count() {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// Whether allocations go through the device's memory pool (read once; H3_CUDA_POOL=0: no).
+bool use_pool() {
+  static const bool on = [] {
+    const char* e = std::getenv("H3_CUDA_POOL");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+// The device's default pool, set up once to keep freed memory (release threshold: unlimited)
+// instead of returning it to the driver at every synchronization.
+cudaMemPool_t pool_of(int device) {
+  static std::once_flag once[kMaxDevices];
+  static cudaMemPool_t pools[kMaxDevices] = {};
+  H3_CHECK(device >= 0 && device < kMaxDevices, ErrorCode::kUnsupported, "cuda:", device,
+           " is beyond the ", kMaxDevices, " devices supported");
+  std::call_once(once[device], [device] {
+    cudaMemPool_t p = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&p, device) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep);
+    pools[device] = p;
+  });
+  return pools[device];
+}
+
+uint64_t pool_unused_bytes(int device) {
+  if (!use_pool()) return 0;
+  cudaMemPool_t p = pool_of(device);
+  if (!p) return 0;
+  uint64_t reserved = 0, used = 0;
+  if (cudaMemPoolGetAttribute(p, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return reserved > used ? reserved - used : 0;
+}
+
+}  // namespace
+
 void* cuda_malloc(size_t bytes, int device) {
   H3_CHECK(cudaSetDevice(device) == cudaSuccess, ErrorCode::kUnsupported, "cuda:", device,
            " is not available");
   void* p = nullptr;
   if (bytes == 0) return nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
+  cudaError_t err = cudaSuccess;
+  if (use_pool() && pool_of(device)) {
+    err = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+    if (err != cudaSuccess) {
+      // The pool may hold free blocks too fragmented for this size: give them back and retry.
+      cudaGetLastError();
+      cuda_release_cached(device);
+      err = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+    }
+  } else {
+    err = cudaMalloc(&p, bytes);
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
@@ -36,7 +100,11 @@ void* cuda_malloc(size_t bytes, int device) {
 void cuda_free(void* ptr, int device) noexcept {
   if (!ptr) return;
   cudaSetDevice(device);
-  cudaFree(ptr);
+  if (use_pool() && pool_of(device)) {
+    cudaFreeAsync(ptr, cudaStreamLegacy);
+  } else {
+    cudaFree(ptr);
+  }
 }
 
 void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
@@ -45,6 +113,18 @@ void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
   const cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
   H3_CHECK(err == cudaSuccess, ErrorCode::kInternal, "cudaMemGetInfo on cuda:", device,
            " failed: ", cudaGetErrorString(err));
+  *free_bytes += static_cast<size_t>(pool_unused_bytes(device));
+}
+
+void cuda_release_cached(int device) {
+  if (!use_pool() || device < 0 || device >= kMaxDevices) return;
+  cudaMemPool_t p = pool_of(device);
+  if (!p) return;
+  cudaSetDevice(device);
+  // Blocks freed on the stream are reusable only once the stream has passed the free.
+  cudaDeviceSynchronize();
+  cudaMemPoolTrimTo(p, 0);
+  cudaGetLastError();
 }
 
 void* cuda_host_alloc(size_t bytes) {

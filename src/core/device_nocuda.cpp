@@ -13,6 +13,7 @@ bool cuda_available() { return false; }
 void* cuda_malloc(size_t, int) { no_cuda(); }
 void cuda_free(void*, int) noexcept {}
 void cuda_memory_info(int, size_t*, size_t*) { no_cuda(); }
+void cuda_release_cached(int) {}
 void* cuda_host_alloc(size_t) { no_cuda(); }
 void cuda_host_free(void*) noexcept {}
 void cuda_copy(void*, const void*, size_t, CopyKind) { no_cuda(); }

@@ -2,6 +2,7 @@
 #include "ops/vsa.h"
 
 #include "core/status.h"
+#include "ops/cuda/vsa_cuda.h"
 
 namespace h3::ops {
 
@@ -15,7 +16,8 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   H3_CHECK(options.sparsity >= 0.0 && options.sparsity < 1.0, ErrorCode::kInvalidArgument,
            "VSA sparsity ", options.sparsity, " is outside [0, 1)");
   if (q.device().is_cpu()) return cpu::vsa_attention(q, k, v, g, geometry, options, trace);
-  fail(ErrorCode::kUnsupported, "vsa_attention on ", q.device().str(), " is not implemented yet");
+  if (q.device().is_cuda()) return cuda::vsa_attention(q, k, v, g, geometry, options, trace);
+  fail(ErrorCode::kUnsupported, "vsa_attention on ", q.device().str(), " is not supported");
 }
 
 }  // namespace h3::ops

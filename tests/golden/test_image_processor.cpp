@@ -51,9 +51,14 @@ TEST(QwenImageProcessorGolden, SmartResizeAndRefusals) {
             (std::array<int64_t, 2>{768, 1344}));
   media::QwenProcessorConfig cfg;
   cfg.min_pixels = 1024;
-  const Tensor odd = Tensor::zeros({50, 70, 3}, DType::kU8);
+  // 50x70 is resized (bicubic) to its smart_resize size 64x64: grid (1, 4, 4).
+  const media::QwenPixels resized =
+      media::qwen_process_image(Tensor::zeros({50, 70, 3}, DType::kU8), cfg);
+  EXPECT_TRUE(resized.grid.t == 1 && resized.grid.h == 4 && resized.grid.w == 4);
+  // Below the factor (no valid resize) and not [H, W, 3]: refused.
+  const Tensor tiny = Tensor::zeros({20, 70, 3}, DType::kU8);
   const Tensor bad = Tensor::zeros({64, 64}, DType::kU8);
-  for (const Tensor* t : {&odd, &bad}) {
+  for (const Tensor* t : {&tiny, &bad}) {
     try {
       (void)media::qwen_process_image(*t, cfg);
       ADD_FAILURE() << "expected an error for " << t->desc();

@@ -105,6 +105,10 @@ void add_cases() {
   add_attention("vae", {29, 29, 2, 2, 64}, DType::kF16);
   add_attention("audio_causal", {13, 13, 1, 1, 256, true}, DType::kF32);  // audio VAE: causal, hd 256
   add_attention("vae_big", {1797, 1797, 4, 4, 64}, DType::kF16, /*large=*/true);
+  // Video VAE tile batches: several decoder tiles stacked, attention within each (uneven sizes).
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+    add_attention("vae_tiles", {350, 350, 2, 2, 64, false, {0, 117, 234, 350}}, t);
+  add_attention("vae_tiles_big", {3594, 3594, 2, 2, 64, false, {0, 1797, 3594}}, DType::kF16, /*large=*/true);
 }
 H3_OPS_CASES(add_cases);
 

@@ -208,6 +208,13 @@ void add_cases() {
   add_attention("causal_gqa", DType::kF16, {70, 70, 4, 2, 16, true});
   add_attention("varlen", DType::kBF16, {260, 260, 2, 2, 64, false, {0, 64, 64, 193, 260}});
   add_attention("varlen_causal", DType::kBF16, {200, 200, 4, 2, 32, true, {0, 129, 200}});
+  // Hopper kernel (compute capability 9.0; head dim 128, no mask, not causal): lengths ragged
+  // against its 128-row and 128-key tiles, grouped-query heads, S_q != S_kv, block-diagonal tiles
+  // with an empty segment, f16. On other devices these run the flash kernel.
+  add_attention("hopper_gqa", DType::kBF16, {333, 333, 8, 2, 128});
+  add_attention("hopper_cross", DType::kBF16, {77, 290, 2, 1, 128});
+  add_attention("hopper_varlen", DType::kBF16, {300, 300, 4, 4, 128, false, {0, 50, 50, 211, 300}});
+  add_attention("hopper", DType::kF16, {150, 150, 2, 2, 128});
   // Generic kernel: head dims 72 and 256, float32, masks.
   add_attention("vision", DType::kBF16, {96, 96, 2, 2, 72, false, {0, 40, 96}});
   add_attention("audio", DType::kF32, {50, 50, 1, 1, 256, true});

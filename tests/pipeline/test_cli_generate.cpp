@@ -148,7 +148,7 @@ TEST(CliGenerate, BadRequestsFailBeforeWritingAnything) {
       {" --height 64 --width 0", "--width"},         // non-positive
       {" --num-frames 0", "--num-frames"},           // below 1
       {" --steps 1", "--steps"},                     // fewer than 2 grid points
-      {" --workflow fl2va", "not implemented yet"},  // only t2va exists
+      {" --workflow fl2va", "keyframe"},            // fl2va without an image
       {" --frobnicate 1", "unknown option"},
   };
   for (const Case& c : cases) {

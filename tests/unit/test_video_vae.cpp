@@ -4,13 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_model.h"
 #include "models/video_vae/video_vae_tiling.h"
+#include "ops/ops.h"
 #include "support/golden.h"
 
 namespace h3 {
@@ -230,7 +233,7 @@ VideoVaeConfig small_config() {
   return c;
 }
 
-video_vae::VideoVae small_model(video_vae::VaePrecision precision, bool tiling) {
+video_vae::VideoVae small_model(video_vae::VaePrecision precision, bool tiling, int64_t tile_batch = 0) {
   const VideoVaeConfig c = small_config();
   video_vae::VideoVaeWeightPolicy wp;
   wp.decoder_gemm_dtype = precision == video_vae::VaePrecision::kF16Autocast ? DType::kF16 : DType::kF32;
@@ -238,6 +241,7 @@ video_vae::VideoVae small_model(video_vae::VaePrecision precision, bool tiling) 
   opt.precision = precision;
   opt.use_tiling = tiling;
   opt.tiles = {16, 16, 8, 8};
+  opt.tile_batch = tile_batch;
   return video_vae::VideoVae::from_weights(c, video_vae::random_video_vae_weights(c, 7, wp), opt);
 }
 
@@ -336,6 +340,117 @@ TEST(VideoVaeModel, PixelConversions) {
   EXPECT_EQ(fu.data<uint8_t>()[0], 0);
   EXPECT_EQ(fu.data<uint8_t>()[3], 2);
   EXPECT_EQ(fu.data<uint8_t>()[1], 255);
+}
+
+// Deterministic latents in [-2, 2) of the small model's shape.
+Tensor small_latents(const Shape& shape) {
+  Tensor z = Tensor::empty(shape, DType::kF32);
+  for (int64_t i = 0; i < z.numel(); ++i)
+    z.data<float>()[i] = static_cast<float>((i * 7919) % 4001) / 1000.25f - 2.0f;
+  return z;
+}
+
+// Tile batching (VideoVaeOptions::tile_batch) stacks the rows of several tiles; every op except
+// attention is row-wise and attention stays within each tile, so on the CPU (whose kernels do not
+// depend on the row count) every output bit equals tile-at-a-time decoding.
+TEST(VideoVaeModel, TileBatchIsBitIdenticalOnCpu) {
+  unsetenv("H3_VAE_TILE_BATCH");
+  // 6 x 8 latents at ratio 4: 24 x 32 pixels in 16 px tiles with 8 px overlaps = 2 x 3 tiles.
+  const Tensor z = small_latents({2, 4, 7, 6, 8});
+  for (const auto precision : {video_vae::VaePrecision::kF32, video_vae::VaePrecision::kF16Autocast}) {
+    const auto one = small_model(precision, true, 1);
+    video_vae::VideoDecodeProfile p1;
+    const Tensor ref = one.decode(z, &p1);
+    for (int64_t batch : {2, 4, 6, 64}) {
+      const auto many = small_model(precision, true, batch);
+      video_vae::VideoDecodeProfile pn;
+      const Tensor got = many.decode(z, &pn);
+      std::string first;
+      const int64_t bad = test::count_bit_mismatches(got, ref, &first);
+      std::printf("%s tile batch %lld: %lld forwards for %lld tiles (vs %lld), %lld values differ %s\n",
+                  video_vae::precision_name(precision), static_cast<long long>(batch),
+                  static_cast<long long>(pn.decoder.calls), static_cast<long long>(pn.decoder.tiles),
+                  static_cast<long long>(p1.decoder.calls), static_cast<long long>(bad), first.c_str());
+      EXPECT_EQ(bad, 0) << "tile batch " << batch;
+      EXPECT_EQ(pn.decoder.tiles, p1.decoder.tiles);
+      EXPECT_LT(pn.decoder.calls, p1.decoder.calls) << "tile batch " << batch << " did not batch";
+    }
+  }
+}
+
+TEST(VideoVaeModel, BatchedForwardOfUnequalTilesMatchesSingleForwards) {
+  const VideoVaeConfig c = small_config();
+  video_vae::VideoVaeWeightPolicy wp;
+  const video_vae::VideoVaeWeights w = video_vae::random_video_vae_weights(c, 11, wp);
+  const std::vector<Tensor> tiles = {small_latents({4, 3, 4, 5}), small_latents({4, 3, 2, 6}),
+                                     small_latents({4, 2, 3, 3})};
+  video_vae::DecoderProfile prof;
+  const std::vector<Tensor> batched = video_vae::decoder_forward_batch(c, w.decoder, DType::kF32, tiles, &prof);
+  ASSERT_EQ(batched.size(), tiles.size());
+  EXPECT_EQ(prof.calls, 1);
+  EXPECT_EQ(prof.tiles, 3);
+  EXPECT_EQ(prof.rows, 60 + 36 + 18 + 3 * (c.decoder_num_register_tokens + 1));
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const Tensor single = video_vae::decoder_forward(c, w.decoder, DType::kF32, tiles[i]);
+    ASSERT_EQ(batched[i].shape(), single.shape());
+    // Not bit for bit here: at these few rows (21..63) OpenBLAS may switch to its small-matrix
+    // kernels for the single forwards, which sum in another order (last-bit differences only).
+    test::expect_close("tile " + std::to_string(i) + " batched vs alone", batched[i], single, 1e-5, 1e-6);
+  }
+  EXPECT_THROW(video_vae::decoder_forward_batch(c, w.decoder, DType::kF32, {}), Error);
+}
+
+// decode_streaming hands out each window's frames once final; concatenated they are decode()'s
+// output bit for bit, in order, without the padded tail, for every item of the batch.
+TEST(VideoVaeModel, StreamingDecodeEqualsWholeDecode) {
+  unsetenv("H3_VAE_TILE_BATCH");
+  // 7 latents: 2 windows, no padding; 4 latents: padded, the tail cut; 12 latents: 3 windows.
+  for (const Shape& shape : {Shape{1, 4, 7, 6, 8}, Shape{2, 4, 4, 6, 8}, Shape{1, 4, 12, 6, 8}}) {
+    for (const auto precision : {video_vae::VaePrecision::kF32, video_vae::VaePrecision::kF16Autocast}) {
+      const auto vae = small_model(precision, true);
+      const Tensor z = small_latents(shape);
+      const Tensor whole = vae.decode(z);
+      std::vector<std::vector<Tensor>> pieces(static_cast<size_t>(shape[0]));
+      std::vector<int64_t> next(static_cast<size_t>(shape[0]), 0);
+      int64_t last_item = 0;
+      vae.decode_streaming(z, [&](int64_t item, int64_t first, const Tensor& frames) {
+        ASSERT_GE(item, last_item) << "items out of order";
+        last_item = item;
+        EXPECT_EQ(first, next[item]) << "frames out of order";
+        EXPECT_EQ(frames.dtype(), DType::kF32);
+        next[item] += frames.size(1);
+        pieces[item].push_back(frames);
+      });
+      const video_vae::TemporalPlan plan = video_vae::temporal_decode_plan(shape[2], vae.config());
+      for (int64_t b = 0; b < shape[0]; ++b) {
+        ASSERT_FALSE(pieces[b].empty());
+        EXPECT_EQ(next[b], plan.output_frames);
+        const Tensor streamed = pieces[b].size() == 1 ? pieces[b][0] : ops::concat(pieces[b], 1);
+        std::printf("T=%lld %s item %lld: %zu pieces, %lld frames\n", static_cast<long long>(shape[2]),
+                    video_vae::precision_name(precision), static_cast<long long>(b), pieces[b].size(),
+                    static_cast<long long>(streamed.size(1)));
+        EXPECT_GE(pieces[b].size(), static_cast<size_t>(plan.num_chunks));
+        test::expect_bits_equal("streamed item " + std::to_string(b), streamed, whole.select(0, b).contiguous());
+      }
+    }
+  }
+  const auto vae = small_model(video_vae::VaePrecision::kF32, false);
+  EXPECT_THROW(vae.decode_streaming(small_latents({1, 4, 7, 6, 8}), video_vae::FrameSink()), Error);
+}
+
+TEST(VideoVaeModel, TileBatchSettingIsValidated) {
+  const auto vae = small_model(video_vae::VaePrecision::kF32, true, 3);
+  unsetenv("H3_VAE_TILE_BATCH");
+  EXPECT_EQ(vae.resolve_tile_batch(6, 100), 3);
+  EXPECT_EQ(vae.resolve_tile_batch(2, 100), 2);
+  EXPECT_EQ(vae.resolve_tile_batch(1, 100), 1);
+  setenv("H3_VAE_TILE_BATCH", "5", 1);
+  EXPECT_EQ(vae.resolve_tile_batch(6, 100), 5);
+  setenv("H3_VAE_TILE_BATCH", "x", 1);
+  EXPECT_THROW(vae.resolve_tile_batch(6, 100), Error);
+  unsetenv("H3_VAE_TILE_BATCH");
+  // Automatic on the CPU: one tile at a time.
+  EXPECT_EQ(small_model(video_vae::VaePrecision::kF32, true, 0).resolve_tile_batch(6, 100), 1);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/status.h"
+#include "io/device_loader.h"
 
 namespace h3::dit {
 namespace {
@@ -115,6 +116,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   }
 
   std::map<std::string, Tensor> loaded;
+  std::vector<io::LoadItem> to_device;  // CUDA: streamed file -> device in one pass (below)
   for (const DitTensorSpec& s : all_specs) {
     H3_CHECK(ckpt.has(s.name), ErrorCode::kNotFound, src, ": missing tensor '", s.name,
              "' (expected shape ", shape_str(s.shape), ")");
@@ -124,10 +126,18 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     H3_CHECK(dtype_is_float(info.dtype), ErrorCode::kInvalidFile, src, ": tensor '", s.name,
              "' has dtype ", dtype_name(info.dtype), ", expected a float type");
     const DType want = s.fp32_island ? DType::kF32 : policy.body_dtype;
+    if (policy.device.is_cuda()) {
+      to_device.push_back({s.name, want});
+      continue;
+    }
     Tensor t = ckpt.tensor(s.name);
     if (t.dtype() != want) t = t.to(want);  // widening is exact; narrowing rounds to nearest even
     if (policy.device != Device::cpu()) t = t.to(policy.device);
     loaded.emplace(s.name, std::move(t));
+  }
+  if (!to_device.empty()) {
+    std::vector<Tensor> ts = io::load_tensors_to(ckpt, to_device, policy.device);
+    for (size_t i = 0; i < ts.size(); ++i) loaded.emplace(to_device[i].name, std::move(ts[i]));
   }
   auto take = [&](const std::string& name) { return loaded.at(name); };
   auto attention = [&](const std::string& p) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "io/device_loader.h"
 #include "ops/ops.h"
 
 namespace h3::qwen3_vl {
@@ -18,6 +19,7 @@ Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Sh
   H3_CHECK(info.shape == shape, ErrorCode::kInvalidFile, ckpt.source(), ": tensor '", name,
            "' has shape ", shape_str(info.shape), ", expected ", shape_str(shape),
            " from config.json");
+  if (device.is_cuda()) return io::load_tensor_to(ckpt, name, device, dtype);  // no CPU copy
   Tensor t = ckpt.tensor(name).to(dtype);
   // Own the bytes: a borrowed view would keep the whole mapping alive after release().
   if (t.storage() && !t.storage()->owned()) t = t.clone();
@@ -67,7 +69,7 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
     w.down_proj = get("mlp.down_proj.weight", {hid, t.intermediate_size});
     m.layers_.push_back(std::move(w));
   }
-  if (device.is_cpu()) m.vision_ = VisionTower::load(config, ckpt, dtype);
+  m.vision_ = VisionTower::load(config, ckpt, dtype, device);
   m.loaded_ = true;
   return m;
 }
@@ -180,11 +182,14 @@ Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
   ops::AttentionParams ap;
   ap.causal = len > 1;
 
-  Tensor x = embeds.dtype() == dtype_ ? embeds : ops::cast(embeds, dtype_);
+  const Tensor e = embeds.to(device_);
+  Tensor x = e.dtype() == dtype_ ? e : ops::cast(e, dtype_);
   if (hidden_states) {
     hidden_states->clear();
     hidden_states->push_back(x);
   }
+  // Row indices may come from the host; the gathers run where the activations are.
+  const Tensor vrows = visual_rows ? visual_rows->to(device_) : Tensor();
   size_t layer = 0;
   for (const DecoderLayerWeights& w : layers_) {
     const Tensor h = ops::rms_norm(x, &w.input_norm, eps);
@@ -202,9 +207,9 @@ Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
     // the reference captures layer outputs); the add is applied to a copy so the record stays.
     if (hidden_states) hidden_states->push_back(x);
     if (visual_rows && deepstack && layer < deepstack->size()) {
-      const Tensor rows = ops::gather_rows(x, *visual_rows);
+      const Tensor rows = ops::gather_rows(x, vrows);
       x = ops::copy(x);
-      ops::scatter_rows(x, *visual_rows, ops::add(rows, (*deepstack)[layer]));
+      ops::scatter_rows(x, vrows, ops::add(rows, (*deepstack)[layer].to(device_)));
     }
     ++layer;
   }
@@ -223,8 +228,6 @@ Tensor Qwen3VlModel::encode(const std::vector<int64_t>& ids, const Tensor& pixel
                             const std::vector<GridThw>& video_grids,
                             std::vector<Tensor>* hidden_states) const {
   check_loaded("encode");
-  H3_CHECK(vision_.loaded(), ErrorCode::kUnsupported,
-           "Qwen3-VL text encoder: the vision tower runs on the CPU only for now");
   Tensor embeds = embed(ids);
   const Tensor positions = rope_position_ids(ids, image_grids, video_grids, config_);
   // Visual rows in token order per modality: image pads, then video pads.
@@ -255,7 +258,8 @@ Tensor Qwen3VlModel::encode(const std::vector<int64_t>& ids, const Tensor& pixel
   add_modality(config_.image_token_id, pixel_values, image_grids, "image");
   add_modality(config_.video_token_id, pixel_values_videos, video_grids, "video");
   if (rows.empty()) return forward(embeds, positions, hidden_states);
-  const Tensor idx = Tensor::from_i64(rows, {static_cast<int64_t>(rows.size())});
+  // Built on the host, used on the model's device (scatter and the DeepStack adds).
+  const Tensor idx = Tensor::from_i64(rows, {static_cast<int64_t>(rows.size())}).to(device_);
   ops::scatter_rows(embeds, idx, ops::cast(ops::concat(tokens, 0), dtype_));
   std::vector<Tensor> deepstack;
   for (size_t d = 0; d < stacks[0].size(); ++d) {

@@ -11,25 +11,26 @@
 namespace h3::qwen3_vl {
 namespace {
 
-Tensor get(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape, DType dtype) {
+Tensor get(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape, DType dtype,
+           Device device) {
   H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, ckpt.source(), ": missing tensor '", name,
            "' (Qwen3-VL vision tower)");
   H3_CHECK(ckpt.info(name).shape == shape, ErrorCode::kInvalidFile, ckpt.source(), ": tensor '",
            name, "' has shape ", shape_str(ckpt.info(name).shape), ", expected ", shape_str(shape));
   Tensor t = ckpt.tensor(name).to(dtype);
   if (t.storage() && !t.storage()->owned()) t = t.clone();
-  return t;
+  return t.to(device);
 }
 
 MergerWeights get_merger(const io::Checkpoint& ckpt, const std::string& p, int64_t norm_dim,
-                         int64_t merged, int64_t out, DType dtype) {
+                         int64_t merged, int64_t out, DType dtype, Device device) {
   MergerWeights m;
-  m.norm_w = get(ckpt, p + "norm.weight", {norm_dim}, dtype);
-  m.norm_b = get(ckpt, p + "norm.bias", {norm_dim}, dtype);
-  m.fc1_w = get(ckpt, p + "linear_fc1.weight", {merged, merged}, dtype);
-  m.fc1_b = get(ckpt, p + "linear_fc1.bias", {merged}, dtype);
-  m.fc2_w = get(ckpt, p + "linear_fc2.weight", {out, merged}, dtype);
-  m.fc2_b = get(ckpt, p + "linear_fc2.bias", {out}, dtype);
+  m.norm_w = get(ckpt, p + "norm.weight", {norm_dim}, dtype, device);
+  m.norm_b = get(ckpt, p + "norm.bias", {norm_dim}, dtype, device);
+  m.fc1_w = get(ckpt, p + "linear_fc1.weight", {merged, merged}, dtype, device);
+  m.fc1_b = get(ckpt, p + "linear_fc1.bias", {merged}, dtype, device);
+  m.fc2_w = get(ckpt, p + "linear_fc2.weight", {out, merged}, dtype, device);
+  m.fc2_b = get(ckpt, p + "linear_fc2.bias", {out}, dtype, device);
   return m;
 }
 
@@ -48,43 +49,46 @@ Tensor run_merger(const MergerWeights& m, const Tensor& x, int64_t merged,
 }  // namespace
 
 VisionTower VisionTower::load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt,
-                              DType dtype) {
+                              DType dtype, Device device) {
   const VisionConfig& v = config.vision;
   VisionTower t;
   t.config_ = config;
   t.dtype_ = dtype;
+  t.device_ = device;
   const std::string p = "model.visual.";
   const int64_t patch_in = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size;
   t.patch_w =
       get(ckpt, p + "patch_embed.proj.weight",
-          {v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size}, dtype)
+          {v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size}, dtype,
+          device)
           .view({v.hidden_size, patch_in});
-  t.patch_b = get(ckpt, p + "patch_embed.proj.bias", {v.hidden_size}, dtype);
-  t.pos_embed =
-      get(ckpt, p + "pos_embed.weight", {v.num_position_embeddings, v.hidden_size}, dtype);
+  t.patch_b = get(ckpt, p + "patch_embed.proj.bias", {v.hidden_size}, dtype, device);
+  // Host copy: the interpolation reads it on the CPU (§1.5 step 2).
+  t.pos_embed = get(ckpt, p + "pos_embed.weight", {v.num_position_embeddings, v.hidden_size},
+                    dtype, Device::cpu());
   const int64_t hid = v.hidden_size;
   for (int64_t i = 0; i < v.depth; ++i) {
     const std::string b = p + "blocks." + std::to_string(i) + ".";
     VisionBlockWeights w;
-    w.norm1_w = get(ckpt, b + "norm1.weight", {hid}, dtype);
-    w.norm1_b = get(ckpt, b + "norm1.bias", {hid}, dtype);
-    w.qkv_w = get(ckpt, b + "attn.qkv.weight", {3 * hid, hid}, dtype);
-    w.qkv_b = get(ckpt, b + "attn.qkv.bias", {3 * hid}, dtype);
-    w.proj_w = get(ckpt, b + "attn.proj.weight", {hid, hid}, dtype);
-    w.proj_b = get(ckpt, b + "attn.proj.bias", {hid}, dtype);
-    w.norm2_w = get(ckpt, b + "norm2.weight", {hid}, dtype);
-    w.norm2_b = get(ckpt, b + "norm2.bias", {hid}, dtype);
-    w.fc1_w = get(ckpt, b + "mlp.linear_fc1.weight", {v.intermediate_size, hid}, dtype);
-    w.fc1_b = get(ckpt, b + "mlp.linear_fc1.bias", {v.intermediate_size}, dtype);
-    w.fc2_w = get(ckpt, b + "mlp.linear_fc2.weight", {hid, v.intermediate_size}, dtype);
-    w.fc2_b = get(ckpt, b + "mlp.linear_fc2.bias", {hid}, dtype);
+    w.norm1_w = get(ckpt, b + "norm1.weight", {hid}, dtype, device);
+    w.norm1_b = get(ckpt, b + "norm1.bias", {hid}, dtype, device);
+    w.qkv_w = get(ckpt, b + "attn.qkv.weight", {3 * hid, hid}, dtype, device);
+    w.qkv_b = get(ckpt, b + "attn.qkv.bias", {3 * hid}, dtype, device);
+    w.proj_w = get(ckpt, b + "attn.proj.weight", {hid, hid}, dtype, device);
+    w.proj_b = get(ckpt, b + "attn.proj.bias", {hid}, dtype, device);
+    w.norm2_w = get(ckpt, b + "norm2.weight", {hid}, dtype, device);
+    w.norm2_b = get(ckpt, b + "norm2.bias", {hid}, dtype, device);
+    w.fc1_w = get(ckpt, b + "mlp.linear_fc1.weight", {v.intermediate_size, hid}, dtype, device);
+    w.fc1_b = get(ckpt, b + "mlp.linear_fc1.bias", {v.intermediate_size}, dtype, device);
+    w.fc2_w = get(ckpt, b + "mlp.linear_fc2.weight", {hid, v.intermediate_size}, dtype, device);
+    w.fc2_b = get(ckpt, b + "mlp.linear_fc2.bias", {hid}, dtype, device);
     t.blocks_.push_back(std::move(w));
   }
   const int64_t merged = hid * v.spatial_merge_size * v.spatial_merge_size;
-  t.merger_ = get_merger(ckpt, p + "merger.", hid, merged, v.out_hidden_size, dtype);
+  t.merger_ = get_merger(ckpt, p + "merger.", hid, merged, v.out_hidden_size, dtype, device);
   for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {
     t.deepstack_.push_back(get_merger(ckpt, p + "deepstack_merger_list." + std::to_string(k) + ".",
-                                      merged, merged, v.out_hidden_size, dtype));
+                                      merged, merged, v.out_hidden_size, dtype, device));
   }
   t.loaded_ = true;
   return t;
@@ -194,11 +198,21 @@ VisionOutput VisionTower::forward(const Tensor& pixel_values, const std::vector<
       cu.push_back(cu.back() + g.h * g.w);
     }
   }
-  const Tensor cos = Tensor::from_f32(cosv, {n, hd});
-  const Tensor sin = Tensor::from_f32(sinv, {n, hd});
+  // Tables built on the host, uploaded once per forward (cos/sin stay float32: the reference
+  // applies the ViT rotary in float32, §1.5 step 3).
+  const Tensor cos = Tensor::from_f32(cosv, {n, hd}).to(device_);
+  const Tensor sin = Tensor::from_f32(sinv, {n, hd}).to(device_);
+  // The reference rotates q and k in float32 and casts back to the activation dtype (§1.5 step
+  // 4): one rounding per element, unlike the text rotary whose products round in bf16.
+  auto rotate = [&](const Tensor& t) {
+    if (dtype_ == DType::kF32) return ops::rope(t, cos, sin, static_cast<int>(hd));
+    return ops::cast(ops::rope(ops::cast(t, DType::kF32), cos, sin, static_cast<int>(hd)), dtype_);
+  };
 
-  Tensor x = ops::linear(pixel_values.to(dtype_), patch_w, &patch_b);
-  x = ops::add(x, Tensor::from_f32(pos, {n, hid}, dtype_));
+  // The patch embedding casts its input to the weight dtype (§1.5 step 1).
+  const Tensor px = pixel_values.to(device_);
+  Tensor x = ops::linear(px.dtype() == dtype_ ? px : ops::cast(px, dtype_), patch_w, &patch_b);
+  x = ops::add(x, Tensor::from_f32(pos, {n, hid}, dtype_).to(device_));
   VisionOutput out;
   if (keep_hidden) out.hidden.push_back(x);
   ops::AttentionParams ap;
@@ -208,9 +222,10 @@ VisionOutput VisionTower::forward(const Tensor& pixel_values, const std::vector<
     const VisionBlockWeights& w = blocks_[bi];
     const Tensor h = ops::layer_norm(x, &w.norm1_w, &w.norm1_b, 1e-6f);
     const Tensor qkv = ops::linear(h, w.qkv_w, &w.qkv_b).view({n, 3, heads, hd});
-    const Tensor q = ops::rope(qkv.select(1, 0).contiguous(), cos, sin, static_cast<int>(hd));
-    const Tensor k = ops::rope(qkv.select(1, 1).contiguous(), cos, sin, static_cast<int>(hd));
-    const Tensor vv = qkv.select(1, 2).contiguous();
+    // ops::copy makes the strided q/k/v slices contiguous on any device.
+    const Tensor q = rotate(ops::copy(qkv.select(1, 0)));
+    const Tensor k = rotate(ops::copy(qkv.select(1, 1)));
+    const Tensor vv = ops::copy(qkv.select(1, 2));
     const Tensor a = ops::attention(q, k, vv, ap).reshape({n, hid});
     x = ops::add(x, ops::linear(a, w.proj_w, &w.proj_b));
     const Tensor h2 = ops::layer_norm(x, &w.norm2_w, &w.norm2_b, 1e-6f);

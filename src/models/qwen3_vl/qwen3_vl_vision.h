@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "models/qwen3_vl/qwen3_vl_config.h"
@@ -31,17 +32,24 @@ struct VisionOutput {
 class VisionTower {
  public:
   VisionTower() = default;
-  static VisionTower load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt, DType dtype);
+  // Weights go to `device` in `dtype` (float32: the float32 golden path; bfloat16: the released
+  // precision, and on the CPU its emulation). The learned position table stays on the host: the
+  // interpolation runs there (§1.5 step 2) and only the interpolated rows are uploaded.
+  static VisionTower load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt, DType dtype,
+                          Device device = Device::cpu());
   bool loaded() const { return loaded_; }
   uint64_t weight_bytes() const;
   void release();
-  // pixel_values [N, C*tp*p*p] in processor (merge-block) order; grids as the processor gives.
+  Device device() const { return device_; }
+  // pixel_values [N, C*tp*p*p] in processor (merge-block) order, on any device; grids as the
+  // processor gives. Every output is on the tower's device.
   VisionOutput forward(const Tensor& pixel_values, const std::vector<GridThw>& grids,
                        bool keep_hidden = false) const;
 
  private:
   Qwen3VlConfig config_;
   DType dtype_ = DType::kF32;
+  Device device_ = Device::cpu();
   bool loaded_ = false;
   Tensor patch_w, patch_b, pos_embed;
   std::vector<VisionBlockWeights> blocks_;

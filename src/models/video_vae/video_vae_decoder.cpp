@@ -1,8 +1,10 @@
 #include "models/video_vae/video_vae_decoder.h"
 
+#include <chrono>
 #include <cmath>
 #include <vector>
 
+#include "core/cuda_stream.h"
 #include "core/status.h"
 #include "ops/ops.h"
 
@@ -60,56 +62,148 @@ DecoderRope decoder_rope(const VideoVaeConfig& c, int64_t t, int64_t h, int64_t 
   return {Tensor::from_f32(cosv, {n, rot}), Tensor::from_f32(sinv, {n, rot})};
 }
 
-Tensor decoder_forward(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd, const Tensor& z) {
-  H3_CHECK(z.dim() == 4 && z.size(0) == c.latent_channels, ErrorCode::kInvalidArgument,
-           "video VAE decoder: expected latents [", c.latent_channels, ", t, h, w], got ", z.desc());
-  const int64_t t = z.size(1), h = z.size(2), w = z.size(3);
-  const int64_t patches = t * h * w;
+namespace {
+
+// Accumulates wall time into a DecoderProfile field at each lap; synchronizes the device first so
+// the time belongs to the stage that queued the work. A no-op without a profile.
+class StageClock {
+ public:
+  StageClock(DecoderProfile* p, Device d) : p_(p), device_(d) {
+    if (p_) last_ = now();
+  }
+  void lap(double DecoderProfile::*field) {
+    if (!p_) return;
+    const double t = now();
+    p_->*field += t - last_;
+    last_ = t;
+  }
+
+ private:
+  double now() const {
+    if (device_.is_cuda()) Stream().synchronize();  // the ops run on the legacy default stream
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  DecoderProfile* p_;
+  Device device_;
+  double last_ = 0;
+};
+
+}  // namespace
+
+Tensor decoder_forward(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd, const Tensor& z,
+                       DecoderProfile* profile) {
+  return decoder_forward_batch(c, wt, gd, {z}, profile)[0];
+}
+
+int64_t decoder_activation_bytes(const VideoVaeConfig& c, DType gd, int64_t rows) {
+  const int64_t d = c.decoder_width(), f = c.decoder_ffn_dim();
+  const int64_t es = static_cast<int64_t>(dtype_size(gd));
+  // Float32 stream: x, its norm, the promoted branch, the LayerScale product, the sum (5 x d);
+  // GEMM dtype: n1, q, k, v, normed q/k, o, attn (8 x d), ff_in (2F), SwiGLU (F), ff_out (d).
+  return rows * (5 * d * 4 + (9 * d + 3 * f) * es);
+}
+
+std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd,
+                                          const std::vector<Tensor>& tiles, DecoderProfile* profile) {
+  H3_CHECK(!tiles.empty(), ErrorCode::kInvalidArgument, "video VAE decoder: no tiles to decode");
   const int64_t width = c.decoder_width();
   const int64_t heads = c.decoder_num_attention_heads, hd = c.decoder_attention_head_dim;
   const int rot = static_cast<int>(c.decoder_rotary_dim());
   const float eps = static_cast<float>(c.decoder_norm_eps);
-  const Device dev = z.device();
+  const int64_t suffix = c.decoder_num_register_tokens + 1;
+  const Device dev = tiles[0].device();
+  StageClock clock(profile, dev);
 
-  // post_quant_conv (a 1x1x1 conv: a linear over channels) on tokens ordered (t, y, x), proj_in.
-  const Tensor tokens = ops::copy(z.permute({1, 2, 3, 0})).view({patches, c.latent_channels});
-  Tensor hcur = ops::linear(as_dtype(tokens, gd), wt.post_quant_w, &wt.post_quant_b);
-  hcur = ops::linear(as_dtype(hcur, gd), wt.proj_in_w, &wt.proj_in_b);
-  // Registers and one zero token follow the patches; float32 registers make the stream float32.
+  struct TileRows {
+    int64_t t, h, w, patches, begin;  // begin: the tile's first row in the stacked sequence
+  };
+  std::vector<TileRows> geo;
+  std::vector<Tensor> stream_parts, cos_parts, sin_parts;
+  std::vector<int64_t> cu = {0};
   const Tensor zero = Tensor::zeros({1, width}, DType::kF32, dev);
-  Tensor x = ops::concat({as_dtype(hcur, DType::kF32), wt.register_tokens, zero}, 0);
+  for (const Tensor& z : tiles) {
+    H3_CHECK(z.dim() == 4 && z.size(0) == c.latent_channels && z.device() == dev,
+             ErrorCode::kInvalidArgument, "video VAE decoder: expected latents [", c.latent_channels,
+             ", t, h, w] on ", dev.str(), ", got ", z.desc());
+    const int64_t t = z.size(1), h = z.size(2), w = z.size(3);
+    const int64_t patches = t * h * w;
+    geo.push_back({t, h, w, patches, cu.back()});
+    // post_quant_conv (a 1x1x1 conv: a linear over channels) on tokens ordered (t, y, x), proj_in.
+    const Tensor tokens = ops::copy(z.permute({1, 2, 3, 0})).view({patches, c.latent_channels});
+    clock.lap(&DecoderProfile::other_s);
+    Tensor hcur = ops::linear(as_dtype(tokens, gd), wt.post_quant_w, &wt.post_quant_b);
+    hcur = ops::linear(as_dtype(hcur, gd), wt.proj_in_w, &wt.proj_in_b);
+    clock.lap(&DecoderProfile::gemm_s);
+    // Registers and one zero token follow the patches; float32 registers make the stream float32.
+    stream_parts.push_back(as_dtype(hcur, DType::kF32));
+    stream_parts.push_back(wt.register_tokens);
+    stream_parts.push_back(zero);
+    const DecoderRope rope = decoder_rope(c, t, h, w);
+    cos_parts.push_back(rope.cos);
+    sin_parts.push_back(rope.sin);
+    cu.push_back(cu.back() + patches + suffix);
+  }
+  Tensor x = ops::concat(stream_parts, 0);
   const int64_t n = x.size(0);
-
-  const DecoderRope rope = decoder_rope(c, t, h, w);
   // The reference casts cos/sin to the q dtype before rotating (§2.6 step 4).
-  const Tensor cos = as_dtype(rope.cos.to(dev), gd), sin = as_dtype(rope.sin.to(dev), gd);
+  const Tensor cos_all = cos_parts.size() == 1 ? cos_parts[0] : ops::concat(cos_parts, 0);
+  const Tensor sin_all = sin_parts.size() == 1 ? sin_parts[0] : ops::concat(sin_parts, 0);
+  const Tensor cos = as_dtype(cos_all.to(dev), gd), sin = as_dtype(sin_all.to(dev), gd);
+  ops::AttentionParams ap;
+  if (tiles.size() > 1) ap.cu_seqlens = cu;  // one tile: the plain dense call, as before batching
+  clock.lap(&DecoderProfile::other_s);
 
   for (const DecoderBlockWeights& b : wt.blocks) {
     // Attention branch: RMSNorm in float32, q/k/v in the GEMM dtype, per-head q/k RMSNorm (no
-    // affine) and partial RoPE, dense attention, output projection, LayerScale.
+    // affine) and partial RoPE, dense attention per tile, output projection, LayerScale.
     const Tensor n1 = as_dtype(ops::rms_norm(x, &b.norm1, eps), gd);
+    clock.lap(&DecoderProfile::norm_s);
     Tensor q = ops::linear(n1, b.q_w, &b.q_b).view({n, heads, hd});
     Tensor k = ops::linear(n1, b.k_w, &b.k_b).view({n, heads, hd});
     const Tensor v = ops::linear(n1, b.v_w, &b.v_b).view({n, heads, hd});
+    clock.lap(&DecoderProfile::gemm_s);
     q = ops::qk_norm_rope(q, nullptr, eps, cos, sin, rot);
     k = ops::qk_norm_rope(k, nullptr, eps, cos, sin, rot);
-    const Tensor o = ops::attention(q, k, v).view({n, width});
+    clock.lap(&DecoderProfile::norm_s);
+    const Tensor o = ops::attention(q, k, v, ap).view({n, width});
+    clock.lap(&DecoderProfile::attention_s);
     const Tensor attn = ops::linear(o, b.out_w, &b.out_b);
+    clock.lap(&DecoderProfile::gemm_s);
     x = ops::add(x, ops::mul(as_dtype(attn, DType::kF32), b.scale1));
+    clock.lap(&DecoderProfile::other_s);
     // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
     const Tensor n2 = as_dtype(ops::rms_norm(x, &b.norm2, eps), gd);
-    const Tensor ff = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in_w, &b.ff_in_b)), b.ff_out_w,
-                                  &b.ff_out_b);
+    clock.lap(&DecoderProfile::norm_s);
+    const Tensor up = ops::linear(n2, b.ff_in_w, &b.ff_in_b);
+    clock.lap(&DecoderProfile::gemm_s);
+    const Tensor act = ops::swiglu(up);
+    clock.lap(&DecoderProfile::other_s);
+    const Tensor ff = ops::linear(act, b.ff_out_w, &b.ff_out_b);
+    clock.lap(&DecoderProfile::gemm_s);
     x = ops::add(x, ops::mul(as_dtype(ff, DType::kF32), b.scale2));
+    clock.lap(&DecoderProfile::other_s);
   }
 
   const Tensor normed = ops::layer_norm(x, &wt.norm_out_w, &wt.norm_out_b, eps);
-  const Tensor head = ops::linear(as_dtype(normed.slice(0, 0, patches), gd), wt.proj_out_w,
-                                  &wt.proj_out_b);
-  // Un-patch: [t, h, w, C, pt, ps, ps] -> [C, t, pt, h, ps, w, ps] (§2.6 step 5).
+  clock.lap(&DecoderProfile::norm_s);
   const int64_t pt = c.temporal_ratio(), ps = c.spatial_ratio(), co = c.out_channels;
-  const Tensor un = ops::copy(head.view({t, h, w, co, pt, ps, ps}).permute({3, 0, 4, 1, 5, 2, 6}));
-  return un.view({co, t * pt, h * ps, w * ps});
+  std::vector<Tensor> out;
+  for (const TileRows& g : geo) {
+    const Tensor rows = normed.slice(0, g.begin, g.begin + g.patches);
+    const Tensor head = ops::linear(as_dtype(rows.is_contiguous() ? rows : ops::copy(rows), gd),
+                                    wt.proj_out_w, &wt.proj_out_b);
+    clock.lap(&DecoderProfile::gemm_s);
+    // Un-patch: [t, h, w, C, pt, ps, ps] -> [C, t, pt, h, ps, w, ps] (§2.6 step 5).
+    const Tensor un = ops::copy(head.view({g.t, g.h, g.w, co, pt, ps, ps}).permute({3, 0, 4, 1, 5, 2, 6}));
+    out.push_back(un.view({co, g.t * pt, g.h * ps, g.w * ps}));
+    clock.lap(&DecoderProfile::other_s);
+  }
+  if (profile) {
+    profile->calls += 1;
+    profile->tiles += static_cast<int64_t>(tiles.size());
+    profile->rows += n;
+  }
+  return out;
 }
 
 }  // namespace h3::video_vae

@@ -10,6 +10,8 @@
 // and SwiGLU are float16, and LayerScale products promote back to float32.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "models/video_vae/video_vae_config.h"
 #include "models/video_vae/video_vae_weights.h"
@@ -24,9 +26,36 @@ struct DecoderRope {
 };
 DecoderRope decoder_rope(const VideoVaeConfig& config, int64_t t, int64_t h, int64_t w);
 
+// Wall-clock seconds per decoder stage, filled only when asked for (h3 bench vae --profile). The
+// device is synchronized at every stage boundary, so the figures are exact per stage but the total
+// is slower than an unprofiled run.
+struct DecoderProfile {
+  double gemm_s = 0;       // every Linear (post_quant_conv, proj_in, q/k/v/out, FFN, proj_out)
+  double attention_s = 0;  // the attention op alone
+  double norm_s = 0;       // RMSNorm/LayerNorm and the fused q/k RMSNorm + RoPE
+  double other_s = 0;      // casts, LayerScale products, residual adds, SwiGLU, (un)patching, RoPE tables
+  int64_t calls = 0;       // decoder forwards (one per batch of tiles)
+  int64_t tiles = 0;       // tiles decoded
+  int64_t rows = 0;        // token rows summed over calls
+};
+
 // z [latent, t, h, w] (float, one batch item, any device) -> pixels [out, t*pt, h*ps, w*ps] in
 // `gemm_dtype` (the decoder's output dtype: float32, or float16 under the autocast policy).
 Tensor decoder_forward(const VideoVaeConfig& config, const DecoderWeights& weights, DType gemm_dtype,
-                       const Tensor& z);
+                       const Tensor& z, DecoderProfile* profile = nullptr);
+
+// Several tiles in one forward: the token rows of every tile (each with its own registers, zero
+// token and window-relative RoPE) are stacked, every row-wise op runs once over all of them, and
+// attention stays within each tile (block-diagonal cu_seqlens). Row-wise ops do not mix rows, so
+// each output equals decoder_forward of that tile alone up to the GEMM library's choice of kernel
+// for the larger row count (last-bit noise; bit-identical on the CPU at the tile sizes the unit
+// test uses). Tiles may differ in size.
+std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& config, const DecoderWeights& weights,
+                                          DType gemm_dtype, const std::vector<Tensor>& tiles,
+                                          DecoderProfile* profile = nullptr);
+
+// Bytes of activations one decoder forward of `rows` token rows keeps alive at its peak, an upper
+// estimate used to size tile batches (float32 stream plus the GEMM-dtype FFN and attention inputs).
+int64_t decoder_activation_bytes(const VideoVaeConfig& config, DType gemm_dtype, int64_t rows);
 
 }  // namespace h3::video_vae

@@ -1,8 +1,11 @@
 #include "models/video_vae/video_vae_model.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
+#include "core/cuda_stream.h"
 #include "core/status.h"
 #include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_encoder.h"
@@ -45,6 +48,33 @@ Tensor channel_affine(const Tensor& z, const std::vector<float>& mean, const std
   }
   return out.to(z.device());
 }
+
+// Seconds since the epoch after the device's queued work finished (profiling only).
+double synced_seconds(const Device& d) {
+  if (d.is_cuda()) Stream().synchronize();  // the ops run on the legacy default stream
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Adds the time between construction and destruction to *sink (nothing without a sink).
+class ScopedSeconds {
+ public:
+  ScopedSeconds(double* sink, Device d) : sink_(sink), device_(d), t0_(sink ? synced_seconds(d) : 0) {}
+  ~ScopedSeconds() {
+    if (sink_) *sink_ += synced_seconds(device_) - t0_;
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double* sink_;
+  Device device_;
+  double t0_;
+};
+
+// The activation budget of an automatic tile batch on CUDA: enough rows for the GEMMs to fill the
+// GPU (about 14 tiles of 1,797 rows at the release's 256 px tiles) without growing the decode's peak
+// memory by more than a few GiB.
+constexpr int64_t kAutoTileBatchBudget = 4LL << 30;
 
 }  // namespace
 
@@ -160,41 +190,96 @@ Tensor VideoVae::encode_moments(const Tensor& x) const {
 
 // ---- decode ---------------------------------------------------------------------------------------
 
-Tensor VideoVae::decode_clip(const Tensor& z) const {
+int64_t VideoVae::resolve_tile_batch(int64_t tiles, int64_t rows_per_tile) const {
+  if (tiles <= 1) return 1;
+  int64_t want = options_.tile_batch;
+  if (const char* env = std::getenv("H3_VAE_TILE_BATCH"); env && *env) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    H3_CHECK(end && *end == '\0' && v >= 0, ErrorCode::kInvalidArgument,
+             "H3_VAE_TILE_BATCH must be a non-negative integer (0: automatic), got '", env, "'");
+    want = v;
+  }
+  H3_CHECK(want >= 0, ErrorCode::kInvalidArgument, "video VAE: tile_batch must be >= 0 (0: automatic), got ",
+           want);
+  if (want >= 1) return std::min(want, tiles);
+  if (!options_.device.is_cuda()) return 1;
+  size_t free_b = 0, total_b = 0;
+  cuda_memory_info(options_.device.index, &free_b, &total_b);
+  const int64_t budget = std::min<int64_t>(kAutoTileBatchBudget, static_cast<int64_t>(free_b / 2));
+  const int64_t per_tile = std::max<int64_t>(1, decoder_activation_bytes(config_, decoder_dtype(), rows_per_tile));
+  return std::clamp<int64_t>(budget / per_tile, 1, tiles);
+}
+
+Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const {
   H3_CHECK(weights_.has_decoder, ErrorCode::kInvalidArgument,
            "video VAE: the decoder was not loaded (load_decoder = false)");
   const DType gd = decoder_dtype();
-  if (!options_.use_tiling) return decoder_forward(config_, weights_.decoder, gd, z);
+  DecoderProfile* dp = profile ? &profile->decoder : nullptr;
+  if (!options_.use_tiling) {
+    if (profile) profile->tile_batch = std::max<int64_t>(profile->tile_batch, 1);
+    return decoder_forward(config_, weights_.decoder, gd, z, dp);
+  }
   const int64_t r = config_.spatial_ratio();
   const int64_t h = z.size(2), w = z.size(3);
   const TileSettings& ts = options_.tiles;
   // Tiles are laid out in pixel space and mapped back onto the latent grid (§2.7).
   const TileAxis ya = split_tiles(h * r, ts.tile_height, ts.min_overlap_height, r);
   const TileAxis xa = split_tiles(w * r, ts.tile_width, ts.min_overlap_width, r);
-  std::vector<std::vector<Tensor>> rows;
-  for (size_t i = 0; i < ya.starts.size(); ++i) {
-    std::vector<Tensor> row;
+  const size_t ny = ya.starts.size(), nx = xa.starts.size();
+  std::vector<Tensor> flat;  // row-major over (tile row, tile column)
+  int64_t rows_per_tile = 0;
+  for (size_t i = 0; i < ny; ++i) {
     const int64_t y0 = ya.starts[i] / r, y1 = std::min(h, y0 + ya.lengths[i] / r);
-    for (size_t j = 0; j < xa.starts.size(); ++j) {
+    for (size_t j = 0; j < nx; ++j) {
       const int64_t x0 = xa.starts[j] / r, x1 = std::min(w, x0 + xa.lengths[j] / r);
-      const Tensor tile = contiguous_on_device(z.slice(2, y0, y1).slice(3, x0, x1));
-      row.push_back(decoder_forward(config_, weights_.decoder, gd, tile));
+      flat.push_back(contiguous_on_device(z.slice(2, y0, y1).slice(3, x0, x1)));
+      rows_per_tile = std::max(rows_per_tile, z.size(1) * (y1 - y0) * (x1 - x0) +
+                                                  config_.decoder_num_register_tokens + 1);
     }
-    rows.push_back(std::move(row));
   }
+  // Batches of near-equal size (28 tiles with room for 16: two batches of 14, not 16 + 12).
+  const int64_t count = static_cast<int64_t>(flat.size());
+  const int64_t limit = resolve_tile_batch(count, rows_per_tile);
+  const int64_t batches = (count + limit - 1) / limit;
+  const int64_t per_batch = (count + batches - 1) / batches;
+  if (profile) profile->tile_batch = std::max(profile->tile_batch, per_batch);
+  std::vector<Tensor> decoded;
+  for (int64_t b0 = 0; b0 < count; b0 += per_batch) {
+    const int64_t b1 = std::min(count, b0 + per_batch);
+    if (b1 - b0 == 1) {
+      decoded.push_back(decoder_forward(config_, weights_.decoder, gd, flat[b0], dp));
+      continue;
+    }
+    const std::vector<Tensor> part(flat.begin() + b0, flat.begin() + b1);
+    for (Tensor& t : decoder_forward_batch(config_, weights_.decoder, gd, part, dp)) decoded.push_back(std::move(t));
+  }
+  ScopedSeconds timing(profile ? &profile->stitch_s : nullptr, options_.device);
+  std::vector<std::vector<Tensor>> rows(ny);
+  for (size_t i = 0; i < ny; ++i)
+    rows[i].assign(decoded.begin() + static_cast<int64_t>(i * nx), decoded.begin() + static_cast<int64_t>((i + 1) * nx));
   return stitch_tiles(rows, ya.overlaps, xa.overlaps);
 }
 
-Tensor VideoVae::decode(const Tensor& z) const {
-  H3_CHECK(z.dim() == 5 && z.size(1) == config_.latent_channels && z.size(2) >= 1 &&
-               z.size(3) >= 1 && z.size(4) >= 1,
-           ErrorCode::kInvalidArgument, "video VAE decode: expected latents [B, ",
-           config_.latent_channels, ", T, h, w], got ", z.desc());
+namespace {
+
+void check_decode_latents(const Tensor& z, const VideoVaeConfig& c) {
+  H3_CHECK(z.dim() == 5 && z.size(1) == c.latent_channels && z.size(2) >= 1 && z.size(3) >= 1 &&
+               z.size(4) >= 1,
+           ErrorCode::kInvalidArgument, "video VAE decode: expected latents [B, ", c.latent_channels,
+           ", T, h, w], got ", z.desc());
   H3_CHECK(dtype_is_float(z.dtype()), ErrorCode::kInvalidArgument,
            "video VAE decode: expected float latents, got ", z.desc());
+}
+
+}  // namespace
+
+Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile) const {
+  check_decode_latents(z, config_);
   const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
   const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
   const int64_t chunk_frames = chunk * config_.temporal_ratio();
+  double* temporal = profile ? &profile->temporal_s : nullptr;
   std::vector<Tensor> items;
   for (int64_t bi = 0; bi < z.size(0); ++bi) {
     Tensor zi = z.select(0, bi).to(options_.device);
@@ -205,7 +290,9 @@ Tensor VideoVae::decode(const Tensor& z) const {
     for (int64_t i = 0; i < plan.num_chunks; ++i) {
       const int64_t start = i * chunk;
       const Tensor window = contiguous_on_device(zi.slice(1, start, start + plan.window_tokens));
-      const Tensor clip = decode_clip(window);
+      const Tensor clip = decode_clip(window, profile);
+      ScopedSeconds timing(temporal, options_.device);
+      if (profile) ++profile->windows;
       // Frames [pre, chunk_frames) are this window's; the 3 leading ones are pre-padding (§2.8).
       Tensor main = contiguous_on_device(clip.slice(1, pre, pre + plan.main_frames));
       if (overlap.defined()) main = blend(overlap, main, config_.frame_overlap(), 1);
@@ -215,6 +302,7 @@ Tensor VideoVae::decode(const Tensor& z) const {
         overlap = contiguous_on_device(clip.slice(1, o0, o0 + plan.overlap_frames));
       }
     }
+    ScopedSeconds timing(temporal, options_.device);
     if (overlap.defined() && overlap.size(1) > 0) pieces.push_back(overlap);
     Tensor out = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 1);
     if (plan.trailing_cut > 0) out = contiguous_on_device(out.slice(1, 0, plan.output_frames));
@@ -222,6 +310,50 @@ Tensor VideoVae::decode(const Tensor& z) const {
     items.push_back(out.unsqueeze(0));
   }
   return items.size() == 1 ? items[0] : ops::concat(items, 0);
+}
+
+void VideoVae::decode_streaming(const Tensor& z, const FrameSink& sink, VideoDecodeProfile* profile) const {
+  check_decode_latents(z, config_);
+  H3_CHECK(static_cast<bool>(sink), ErrorCode::kInvalidArgument, "video VAE decode_streaming: no frame sink");
+  const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
+  const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
+  const int64_t chunk_frames = chunk * config_.temporal_ratio();
+  double* temporal = profile ? &profile->temporal_s : nullptr;
+  for (int64_t bi = 0; bi < z.size(0); ++bi) {
+    Tensor zi = z.select(0, bi).to(options_.device);
+    if (zi.dtype() != DType::kF32) zi = ops::cast(zi, DType::kF32);
+    zi = pad_by_repeating_last(contiguous_on_device(zi), 1, plan.pad_tokens);
+    int64_t emitted = 0;
+    // Hands out the part of `piece` before the output length (the padded tail is cut, §2.8).
+    auto emit = [&](const Tensor& piece) {
+      const int64_t n = std::min(piece.size(1), plan.output_frames - emitted);
+      if (n <= 0) return;
+      Tensor part = n == piece.size(1) ? piece : contiguous_on_device(piece.slice(1, 0, n));
+      if (part.dtype() != DType::kF32) part = ops::cast(part, DType::kF32);
+      sink(bi, emitted, part);
+      emitted += n;
+    };
+    Tensor overlap;
+    for (int64_t i = 0; i < plan.num_chunks; ++i) {
+      const int64_t start = i * chunk;
+      const Tensor window = contiguous_on_device(zi.slice(1, start, start + plan.window_tokens));
+      const Tensor clip = decode_clip(window, profile);
+      Tensor main;
+      {
+        ScopedSeconds timing(temporal, options_.device);
+        if (profile) ++profile->windows;
+        main = contiguous_on_device(clip.slice(1, pre, pre + plan.main_frames));
+        // Window i's main frames are final once blended with window i-1's tail (§2.8).
+        if (overlap.defined()) main = blend(overlap, main, config_.frame_overlap(), 1);
+        if (config_.token_drop > 0) {
+          const int64_t o0 = std::min(clip.size(1), chunk_frames + pre);
+          overlap = contiguous_on_device(clip.slice(1, o0, o0 + plan.overlap_frames));
+        }
+      }
+      emit(main);
+    }
+    if (overlap.defined() && overlap.size(1) > 0) emit(overlap);
+  }
 }
 
 // ---- latents ----------------------------------------------------------------------------------------

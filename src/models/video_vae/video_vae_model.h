@@ -14,12 +14,14 @@
 //                 without autocast).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/device.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "models/video_vae/video_vae_config.h"
+#include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_tiling.h"
 #include "models/video_vae/video_vae_weights.h"
 
@@ -37,7 +39,27 @@ struct VideoVaeOptions {
   TileSettings tiles;
   bool load_encoder = true;
   bool load_decoder = true;
+  // Spatial tiles of one temporal window decoded together in one batched decoder forward (same
+  // ops with the rows of several tiles stacked; the blend is unchanged). 0: automatic, i.e. 1 on
+  // the CPU and on CUDA as many as fit a bounded activation budget; N >= 1: at most N. The
+  // environment variable H3_VAE_TILE_BATCH=N overrides it (1 restores tile-at-a-time decoding).
+  int64_t tile_batch = 0;
 };
+
+// Where a decode spent its time (h3 bench vae --profile): the decoder's stages plus the spatial
+// stitch and the temporal cross-fade. Filling it synchronizes the device at stage boundaries.
+struct VideoDecodeProfile {
+  DecoderProfile decoder;
+  double stitch_s = 0;          // tile blends and concatenation (§2.7)
+  double temporal_s = 0;        // window slicing, cross-fade and output assembly (§2.8)
+  int64_t windows = 0;
+  int64_t tile_batch = 0;       // the batch size used (largest batch)
+};
+
+// Receives finished frames during decode_streaming: frames [3, n, H, W] float32 on the model's
+// device, the frames [first_frame, first_frame + n) of batch item `item`, in order. The sink may
+// keep the tensor (it holds its own storage).
+using FrameSink = std::function<void(int64_t item, int64_t first_frame, const Tensor& frames)>;
 
 class VideoVae {
  public:
@@ -68,10 +90,24 @@ class VideoVae {
   // ---- decode (§2.6-§2.8) ----
   // z [B, latent, T, h, w] (denormalized latents) -> [B, 3, F, 16h, 16w] float32 ImageNet-normalized
   // RGB on the model's device (the decoder output widened from float16 under the autocast policy).
-  Tensor decode(const Tensor& z) const;
+  Tensor decode(const Tensor& z, VideoDecodeProfile* profile = nullptr) const;
   // One temporal window of one item, spatially tiled when tiling is on: [latent, t, h, w] ->
   // [3, 4t, 16h, 16w] in decoder_dtype().
-  Tensor decode_clip(const Tensor& z) const;
+  Tensor decode_clip(const Tensor& z, VideoDecodeProfile* profile = nullptr) const;
+  // The same decode, handing frames to `sink` as soon as they are final: after window i, its main
+  // frames (cross-faded with window i-1's tail) can no longer change, so they go out while window
+  // i+1 is still to be decoded; the last window's tail follows at the end, and frames past the
+  // output length (padding) are never handed out. The frames, concatenated, equal decode()'s bit
+  // for bit (the same ops on the same values, only the concatenation is left to the sink).
+  //
+  // Pipeline use: the decode stage passes a sink that copies each piece to pinned host memory,
+  // converts it to uint8 (denormalize_pixels, frames_to_uint8) and queues it to the MP4 muxer's
+  // thread, so encoding window i overlaps decoding window i+1 and the whole float32 video is never
+  // held at once (17 frames at 1344x768 are 210 MB in float32 against 2 GB for 124 frames).
+  void decode_streaming(const Tensor& z, const FrameSink& sink, VideoDecodeProfile* profile = nullptr) const;
+  // The tile batch decode_clip uses for `tiles` tiles of `rows_per_tile` token rows (see
+  // VideoVaeOptions::tile_batch).
+  int64_t resolve_tile_batch(int64_t tiles, int64_t rows_per_tile) const;
 
   // ---- latent normalization (§2.2), float32 on the input's device ----
   Tensor normalize_latents(const Tensor& z) const;      // (z - mean) / std per channel (dim 1)

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "io/device_loader.h"
 #include "models/schema.h"
+#include "ops/ops.h"
 
 namespace h3::video_vae {
 namespace {
@@ -32,6 +34,7 @@ class Builder {
     Tensor t = src_(name, shape);
     H3_CHECK(t.shape() == shape, ErrorCode::kInvalidFile, "video VAE weight '", name, "' has shape ",
              shape_str(t.shape()), ", expected ", shape_str(shape));
+    if (t.device().is_cuda()) return t.dtype() == dtype ? t : ops::cast(t, dtype);  // streamed
     return t.to(dtype).to(policy_.device);
   }
   const Source& src_;
@@ -143,10 +146,11 @@ VideoVaeWeights load_video_vae_weights(const VideoVaeConfig& config, const io::C
     fail(ErrorCode::kInvalidFile, "video VAE checkpoint ", ckpt.source(),
          " does not match its config:", msg);
   }
-  const Source src = [&ckpt](const std::string& name, const Shape&) {
+  const Source src = [&ckpt, &policy](const std::string& name, const Shape&) {
     H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, "video VAE checkpoint ", ckpt.source(),
              " has no tensor '", name, "'");
-    const Tensor t = ckpt.tensor(name);
+    const Tensor t = policy.device.is_cuda() ? io::load_tensor_to(ckpt, name, policy.device)
+                                             : ckpt.tensor(name);
     H3_CHECK(dtype_is_float(t.dtype()), ErrorCode::kInvalidFile, "video VAE weight '", name,
              "' must be floating point, got ", t.desc());
     return t;

@@ -12,16 +12,20 @@
 //   72 and 256, additive masks, unaligned views). A warp owns 4 query rows; lanes take one key
 //   each for the scores and split the head dim for P V.
 // H3_ATTN_GENERIC=1 forces the generic kernel (to bisect a suspected flash-kernel problem).
+// On compute capability 9.0, flash calls with head dim 128, no mask and no causal mask go to the
+// wgmma/TMA kernel of attention_hopper.cu instead; H3_ATTN_HOPPER=0 keeps them on flash_fwd.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise_util.cuh"
+#include "ops/cuda/flash_mma.cuh"
 
 namespace h3::ops::cuda {
 
@@ -64,66 +68,7 @@ __device__ __forceinline__ Tile tile_of(const AttnParams& p) {
 
 // ---- flash kernel ------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return u;
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return u;
-}
+using namespace mma;  // the warp-level pieces shared with the VSA kernel (flash_mma.cuh)
 
 template <int D>
 struct FlashSmem {
@@ -596,6 +541,12 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
 
   if (attention_path(q, k, v, mask) == AttentionPath::kFlash) {
     const int variant = env_int("H3_ATTN_VARIANT", 0);
+    // Hopper: the wgmma/TMA kernel (attention_hopper.cu) unless H3_ATTN_HOPPER=0 or a benchmark
+    // variant of the mma.sync kernel is asked for.
+    if (variant == 0 && hopper_attention_eligible(q, k, v, ap.causal, mask)) {
+      hopper_attention(q, k, v, out, p.scale, cu);
+      return out;
+    }
     if (dt == DType::kBF16) {
       dispatch_flash<__nv_bfloat16>(p, cu, q.device(), variant);
     } else {

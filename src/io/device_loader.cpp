@@ -1,0 +1,323 @@
+#include "io/device_loader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "ops/ops.h"
+
+namespace h3::io {
+
+const char* load_method_name(LoadMethod m) {
+  switch (m) {
+    case LoadMethod::kMmap: return "mmap";
+    case LoadMethod::kPreadHost: return "pread-host";
+    case LoadMethod::kPinnedRing: return "pinned-ring";
+  }
+  return "?";
+}
+
+std::string LoadStats::str() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << static_cast<double>(bytes) / 1e9 << " GB in " << seconds << " s (" << gb_per_s()
+     << " GB/s, " << load_method_name(method) << ", " << tensors << " tensors)";
+  return os.str();
+}
+
+namespace {
+
+// A host sink: plain buffers and memcpy. Used for owned CPU copies and the CPU tests of the
+// chunked reader.
+class HostSink final : public DeviceLoader::Sink {
+ public:
+  HostSink(int n, size_t bytes) : bytes_(bytes), bufs_(static_cast<size_t>(n)) {
+    for (auto& b : bufs_) b.reset(new uint8_t[bytes]);
+  }
+  int count() const override { return static_cast<int>(bufs_.size()); }
+  size_t capacity() const override { return bytes_; }
+  uint8_t* buffer(int i) override { return bufs_[static_cast<size_t>(i)].get(); }
+  void wait(int) override {}
+  void copy(void* dst, const uint8_t* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void release(int) override {}
+  void finish() override {}
+
+ private:
+  size_t bytes_;
+  std::vector<std::unique_ptr<uint8_t[]>> bufs_;
+};
+
+class Fd {
+ public:
+  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    H3_CHECK(fd_ >= 0, errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "cannot open ",
+             path, " for reading: ", std::strerror(errno));
+  }
+  ~Fd() { ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads exactly n bytes at `offset`, or throws kIo naming the file, the offset and the tensor
+// (a file cut short after its header was validated reads short here).
+void pread_exact(int fd, uint8_t* dst, size_t n, uint64_t offset, const std::string& path,
+                 const std::string& label) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    H3_CHECK(r >= 0, ErrorCode::kIo, "reading ", path, " at byte ", offset + done, " (tensor '",
+             label, "') failed: ", std::strerror(errno));
+    H3_CHECK(r > 0, ErrorCode::kIo, path, " is truncated: it ends at byte ", offset + done,
+             " while tensor '", label, "' needs bytes up to ", offset + n,
+             " (the file changed after it was opened?)");
+    done += static_cast<size_t>(r);
+  }
+}
+
+// Reads n bytes with up to `threads` parallel preads (a hot page cache copies faster from
+// several cores; a cold disk sees the same sequential range split into a few requests).
+void pread_parallel(int fd, uint8_t* dst, size_t n, uint64_t offset, int threads,
+                    const std::string& path, const std::string& label) {
+  constexpr size_t kMinPiece = size_t{4} << 20;
+  const size_t pieces = std::clamp<size_t>(n / kMinPiece, 1, static_cast<size_t>(std::max(threads, 1)));
+  if (pieces == 1) return pread_exact(fd, dst, n, offset, path, label);
+  const size_t step = (n / pieces + 4095) & ~size_t{4095};
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(pieces);
+  for (size_t p = 0; p < pieces; ++p) {
+    const size_t b = p * step;
+    if (b >= n) break;
+    const size_t len = std::min(step, n - b);
+    pool.emplace_back([&, p, b, len] {
+      try {
+        pread_exact(fd, dst + b, len, offset + b, path, label);
+      } catch (...) {
+        errors[p] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// A range of the file read as a whole: spans [first, last) of the sorted list.
+struct Range {
+  uint64_t begin = 0, end = 0;
+  size_t first = 0, last = 0;
+};
+
+}  // namespace
+
+uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
+                      DeviceLoader::Sink& sink, const DeviceLoaderOptions& options) {
+  std::sort(spans.begin(), spans.end(),
+            [](const ByteSpan& a, const ByteSpan& b) { return a.offset < b.offset; });
+  spans.erase(std::remove_if(spans.begin(), spans.end(), [](const ByteSpan& s) { return s.nbytes == 0; }),
+              spans.end());
+  if (spans.empty()) return 0;
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const ByteSpan& s = spans[i];
+    if (!ranges.empty() && s.offset <= ranges.back().end + options.merge_gap &&
+        s.offset >= ranges.back().end) {
+      ranges.back().end = std::max(ranges.back().end, s.offset + s.nbytes);
+      ranges.back().last = i + 1;
+    } else {
+      ranges.push_back({s.offset, s.offset + s.nbytes, i, i + 1});
+    }
+  }
+  Fd fd(path);
+  // Tell the kernel the reads are sequential (larger readahead), per range.
+  for (const Range& r : ranges)
+    ::posix_fadvise(fd.get(), static_cast<off_t>(r.begin), static_cast<off_t>(r.end - r.begin),
+                    POSIX_FADV_SEQUENTIAL);
+  const size_t cap = sink.capacity();
+  const int nbuf = sink.count();
+  int slot = 0;
+  uint64_t read_bytes = 0;
+  for (const Range& r : ranges) {
+    size_t next_span = r.first;  // first span that may still overlap the coming chunks
+    for (uint64_t pos = r.begin; pos < r.end; pos += cap) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
+      sink.wait(slot);  // the copies out of this buffer from the last round are done
+      uint8_t* buf = sink.buffer(slot);
+      pread_parallel(fd.get(), buf, len, pos, options.reader_threads, path,
+                     spans[next_span].label);
+      read_bytes += len;
+      const uint64_t chunk_end = pos + len;
+      for (size_t i = next_span; i < r.last && spans[i].offset < chunk_end; ++i) {
+        const ByteSpan& s = spans[i];
+        const uint64_t b = std::max(s.offset, pos);
+        const uint64_t e = std::min(s.offset + s.nbytes, chunk_end);
+        if (e > b)
+          sink.copy(static_cast<uint8_t*>(s.dst) + (b - s.offset), buf + (b - pos),
+                    static_cast<size_t>(e - b), slot);
+      }
+      while (next_span < r.last && spans[next_span].offset + spans[next_span].nbytes <= chunk_end)
+        ++next_span;
+      sink.release(slot);
+      slot = (slot + 1) % nbuf;
+    }
+  }
+  sink.finish();
+  return read_bytes;
+}
+
+std::unique_ptr<DeviceLoader::Sink> make_staging_sink(Device device, int buffers, size_t bytes);
+
+namespace detail {
+// Defined in device_loader_cuda.cpp / device_loader_nocuda.cpp.
+std::unique_ptr<DeviceLoader::Sink> make_cuda_sink(int device, int buffers, size_t bytes);
+}  // namespace detail
+
+std::unique_ptr<DeviceLoader::Sink> make_staging_sink(Device device, int buffers, size_t bytes) {
+  H3_CHECK(buffers >= 1 && bytes >= 4096, ErrorCode::kInvalidArgument,
+           "staging ring needs at least one buffer of at least 4096 bytes, got ", buffers, " x ",
+           bytes);
+  if (device.is_cuda()) return detail::make_cuda_sink(device.index, buffers, bytes);
+  return std::make_unique<HostSink>(buffers, bytes);
+}
+
+DeviceLoader::DeviceLoader(Device device, const DeviceLoaderOptions& options)
+    : device_(device), options_(options) {
+  stats_.method = device.is_cuda() ? LoadMethod::kPinnedRing
+                  : options.host_copy ? LoadMethod::kPreadHost
+                                      : LoadMethod::kMmap;
+  const char* cufile = std::getenv("H3_CUFILE");
+  if (device.is_cuda() && cufile && std::string(cufile) == "1")
+    H3_LOG_INFO("H3_CUFILE=1: GPUDirect Storage is not built into this loader; using the pinned "
+                "staging ring");
+}
+
+DeviceLoader::~DeviceLoader() = default;
+
+std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector<LoadItem>& items) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Tensor> out(items.size());
+  for (const LoadItem& it : items)
+    H3_CHECK(ckpt.has(it.name), ErrorCode::kNotFound, "checkpoint ", ckpt.source(),
+             " has no tensor '", it.name, "'");
+  uint64_t bytes = 0;
+  if (!device_.is_cuda() && !options_.host_copy) {
+    // CPU: the mmap views are the tensors (no copy); a conversion makes an owned tensor.
+    for (size_t i = 0; i < items.size(); ++i) {
+      Tensor t = ckpt.tensor(items[i].name);
+      bytes += t.nbytes();
+      if (items[i].as && *items[i].as != t.dtype()) t = t.to(*items[i].as);
+      out[i] = std::move(t);
+    }
+  } else {
+    if (!sink_)
+      sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
+                                options_.staging_bytes);
+    // Group by file (a sharded checkpoint streams each shard in its own order).
+    std::map<const SafetensorsFile*, std::vector<ByteSpan>> by_file;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const TensorInfo& info = ckpt.info(items[i].name);
+      out[i] = Tensor::empty(info.shape, info.dtype, device_);
+      bytes += info.nbytes;
+      by_file[&ckpt.file_of(items[i].name)].push_back(
+          {info.begin, info.nbytes, out[i].raw(), items[i].name});
+    }
+    sink_->begin();
+    try {
+      for (auto& [file, spans] : by_file)
+        stream_spans(file->path(), std::move(spans), *sink_, options_);
+    } catch (...) {
+      sink_->finish();  // no copy may still target the tensors freed on the way out
+      throw;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].as || *items[i].as == out[i].dtype()) continue;
+      out[i] = device_.is_cuda() ? ops::cast(out[i], *items[i].as) : out[i].to(*items[i].as);
+    }
+  }
+  stats_.bytes += bytes;
+  stats_.tensors += items.size();
+  stats_.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+Tensor DeviceLoader::load_one(const Checkpoint& ckpt, const std::string& name,
+                              std::optional<DType> as) {
+  return std::move(load(ckpt, {{name, as}})[0]);
+}
+
+// ---- process-wide helpers -------------------------------------------------------------------------
+
+namespace {
+
+struct Shared {
+  std::mutex mu;
+  std::map<int, std::unique_ptr<DeviceLoader>> cuda;  // by device index
+  LoadStats totals;
+};
+
+Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+}  // namespace
+
+std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
+                                    Device device) {
+  Shared& s = shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::unique_ptr<DeviceLoader> cpu;
+  DeviceLoader* loader = nullptr;
+  if (device.is_cuda()) {
+    auto& l = s.cuda[device.index];
+    if (!l) l = std::make_unique<DeviceLoader>(device);
+    loader = l.get();
+  } else {
+    cpu = std::make_unique<DeviceLoader>(device);
+    loader = cpu.get();
+  }
+  const LoadStats before = loader->stats();
+  std::vector<Tensor> out = loader->load(ckpt, items);
+  const LoadStats& after = loader->stats();
+  s.totals.bytes += after.bytes - before.bytes;
+  s.totals.tensors += after.tensors - before.tensors;
+  s.totals.seconds += after.seconds - before.seconds;
+  s.totals.method = after.method;
+  return out;
+}
+
+Tensor load_tensor_to(const Checkpoint& ckpt, const std::string& name, Device device,
+                      std::optional<DType> as) {
+  return std::move(load_tensors_to(ckpt, {{name, as}}, device)[0]);
+}
+
+LoadStats device_load_totals() {
+  Shared& s = shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.totals;
+}
+
+void release_device_staging() {
+  Shared& s = shared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.cuda.clear();
+}
+
+}  // namespace h3::io

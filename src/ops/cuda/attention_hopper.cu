@@ -1,0 +1,110 @@
+// ops::attention's entry to the Hopper kernel (attention_hopper_kernel.cuh): eligibility, the
+// per-device check that the sm_90a kernel is present, tile lists for block-diagonal batches.
+#include "ops/cuda/attention_hopper.cuh"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ops/cuda/attention_hopper_kernel.cuh"
+#include "ops/cuda/cuda_util.h"
+
+namespace h3::ops::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// 1: compute capability 9.0 and the kernel body was compiled for sm_90a; 0: not usable.
+bool device_supported(int device) {
+  static std::once_flag once[kMaxDevices];
+  static int ok[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return false;
+  std::call_once(once[device], [device] {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        major != 9 || minor != 0) {
+      return;
+    }
+    int prev = 0;
+    H3_CUDA_CHECK(cudaGetDevice(&prev));
+    H3_CUDA_CHECK(cudaSetDevice(device));
+    int* flag = nullptr;
+    int host = 0;
+    H3_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    hopper::attention_hopper_probe<<<1, 1>>>(flag);
+    const cudaError_t launched = cudaGetLastError();
+    if (launched == cudaSuccess) H3_CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    H3_CUDA_CHECK(cudaFree(flag));
+    H3_CUDA_CHECK(cudaSetDevice(prev));
+    ok[device] = launched == cudaSuccess && host == 1;
+  });
+  return ok[device] == 1;
+}
+
+bool strides_fit(const Tensor& t) {
+  return hopper::strides_ok(t.raw(), t.stride(0), t.stride(1)) && t.stride(2) == 1;
+}
+
+}  // namespace
+
+bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask) {
+  const char* env = std::getenv("H3_ATTN_HOPPER");
+  if (env && std::strcmp(env, "0") == 0) return false;
+  const DType dt = q.dtype();
+  if (mask || causal || (dt != DType::kBF16 && dt != DType::kF16)) return false;
+  if (k.dtype() != dt || v.dtype() != dt || q.dim() != 3 || k.dim() != 3 || v.dim() != 3) return false;
+  if (q.size(2) != hopper::kHeadDim || k.size(2) != hopper::kHeadDim || v.size(2) != hopper::kHeadDim) return false;
+  if (!strides_fit(q) || !strides_fit(k) || !strides_fit(v)) return false;
+  // A tensor map needs every dimension non-empty; the caller handles an empty q.
+  if (k.size(0) == 0 || k.size(1) == 0 || q.size(0) == 0) return false;
+  return device_supported(q.device().index);
+}
+
+void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
+                      const std::vector<int64_t>& cu_seqlens) {
+  hopper::Problem pb{};
+  pb.q = q.raw();
+  pb.k = k.raw();
+  pb.v = v.raw();
+  pb.o = out.raw();
+  pb.q_row = q.stride(0);
+  pb.q_head = q.stride(1);
+  pb.k_row = k.stride(0);
+  pb.k_head = k.stride(1);
+  pb.v_row = v.stride(0);
+  pb.v_head = v.stride(1);
+  pb.o_row = out.stride(0);
+  pb.o_head = out.stride(1);
+  pb.s_q = static_cast<int>(q.size(0));
+  pb.s_kv = static_cast<int>(k.size(0));
+  pb.hq = static_cast<int>(q.size(1));
+  pb.hkv = static_cast<int>(k.size(1));
+  pb.scale_log2 = scale * 1.4426950408889634f;
+  pb.f16 = q.dtype() == DType::kF16;
+  // Block-diagonal batches: tiles of 128 query rows that never straddle a segment boundary.
+  Tensor tiles;
+  if (!cu_seqlens.empty()) {
+    std::vector<hopper::TileDesc> list;
+    for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+      const int lo = static_cast<int>(cu_seqlens[s]), hi = static_cast<int>(cu_seqlens[s + 1]);
+      for (int r = lo; r < hi; r += hopper::kRowsPerCta) {
+        list.push_back(hopper::TileDesc{r, std::min(r + hopper::kRowsPerCta, hi), lo, hi});
+      }
+    }
+    if (list.empty()) return;
+    tiles = Tensor::empty({static_cast<int64_t>(list.size() * 4)}, DType::kI32, q.device());
+    H3_CUDA_CHECK(cudaMemcpyAsync(tiles.raw(), list.data(), list.size() * sizeof(hopper::TileDesc),
+                                  cudaMemcpyHostToDevice, current_stream()));
+    pb.tiles = static_cast<const hopper::TileDesc*>(tiles.raw());
+    pb.n_tiles = static_cast<int>(list.size());
+  }
+  if (const char* err = hopper::launch(pb, current_stream())) {
+    fail(ErrorCode::kInternal, "ops::attention (Hopper kernel): ", err, " (q ", shape_str(q.shape()), ")");
+  }
+  check_launch("attention_hopper");
+}
+
+}  // namespace h3::ops::cuda

@@ -1,0 +1,24 @@
+// The Hopper (sm_90a) attention kernel as ops::attention uses it (attention_hopper_kernel.cuh has
+// the kernel itself): bf16/f16, head dim 128, no mask, not causal; grouped-query heads and
+// block-diagonal batches (cu_seqlens) supported.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace h3::ops::cuda {
+
+// Whether the Hopper kernel takes these inputs: a compute capability 9.0 device with the sm_90a
+// kernel built in, bf16/f16 q/k/v of one dtype, head dim 128, dense last dim, row and head strides
+// in multiples of 8 elements on 16-byte aligned data, no mask, not causal, and H3_ATTN_HOPPER not
+// set to 0 (which restores the mma.sync flash kernel).
+bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask);
+
+// out = softmax(q k^T * scale) v per head and segment (cu_seqlens empty: one segment). out is
+// allocated by the caller with q's shape and dtype (contiguous).
+void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
+                      const std::vector<int64_t>& cu_seqlens);
+
+}  // namespace h3::ops::cuda

@@ -1,0 +1,190 @@
+#include "pipeline/engine.h"
+
+#include <utility>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "io/device_loader.h"
+
+namespace h3::pipeline {
+
+struct Engine::Loaded {
+  std::optional<qwen3_vl::Qwen3VlModel> conditioner;
+  std::optional<dit::DitModel> transformer;
+  bool transformer_is_ref = false;
+  std::optional<video_vae::VideoVae> vae;
+  bool vae_has_encoder = false;
+  std::optional<audio_vae::AudioVae> audio_vae;
+  bool audio_vae_has_encoder = false;
+};
+
+namespace {
+
+dit::DitPrecision dit_precision_of(const EngineOptions& o) {
+  if (o.dit_precision) return *o.dit_precision;
+  return o.device.is_cuda() ? dit::DitPrecision::kBF16 : dit::DitPrecision::kF32;
+}
+
+video_vae::VaePrecision vae_precision_of(const EngineOptions& o) {
+  if (o.vae_precision) return *o.vae_precision;
+  return o.device.is_cuda() ? video_vae::VaePrecision::kF16Autocast : video_vae::VaePrecision::kF32;
+}
+
+// Measures one component load for the receipt: the bytes the device loader moved (or, on the
+// CPU where tensors are borrowed from the mapping, the checkpoint's bytes), and the method.
+class LoadMeter {
+ public:
+  LoadMeter(Receipt& rc, const std::string& name, uint64_t file_bytes)
+      : rc_(rc), name_(name), file_bytes_(file_bytes), before_(io::device_load_totals()),
+        stage_(rc.stage("load " + name)) {}
+  ~LoadMeter() = default;
+  // Call once the component is loaded.
+  void done(Device device) {
+    const io::LoadStats after = io::device_load_totals();
+    const uint64_t moved = after.bytes - before_.bytes;
+    stage_.add_bytes(moved ? moved : file_bytes_);
+    stage_.end();
+    rc_.set("load " + name_ + " method",
+            moved ? io::load_method_name(after.method) : (device.is_cuda() ? "copy" : "mmap"));
+    // The pinned staging ring is only needed while loading.
+    io::release_device_staging();
+  }
+
+ private:
+  Receipt& rc_;
+  std::string name_;
+  uint64_t file_bytes_;
+  io::LoadStats before_;
+  Receipt::Stage stage_;
+};
+
+uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
+  const ComponentBytes* c = plan.find(name);
+  return c ? c->file_bytes : 0;
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& model_dir, const EngineOptions& options)
+    : model_dir_(model_dir), options_(options), loaded_(std::make_unique<Loaded>()) {
+  // The planner accounts for --cpu-offload (h3_components_spec.md §5), but streaming the DiT's
+  // blocks from pinned host memory is not implemented in the DiT yet: refuse rather than ignore.
+  H3_CHECK(!options.cpu_offload, ErrorCode::kUnsupported,
+           "--cpu-offload is not supported yet; use --sequential-load on to lower the peak");
+  repo_ = io::Repository::open(model_dir);
+  PlanOptions po;
+  po.device = options.device;
+  po.sequential = options.sequential;
+  po.cpu_offload = options.cpu_offload;
+  po.request = options.plan_request;
+  po.dit_bf16 = dit_precision_of(options) == dit::DitPrecision::kBF16;
+  po.conditioner_bf16 = options.conditioner_dtype == DType::kBF16;
+  plan_ = plan_memory(repo_, po);
+  check_fits(plan_);
+  H3_LOG_DEBUG("memory plan: ", describe(plan_));
+}
+
+Engine::~Engine() = default;
+
+qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
+  Loaded& l = *loaded_;
+  if (l.conditioner && l.conditioner->loaded()) return *l.conditioner;
+  // Sequential: nothing else may occupy the device while the conditioner is resident.
+  if (plan_.sequential) {
+    l.transformer.reset();
+    l.vae.reset();
+    l.audio_vae.reset();
+  }
+  LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
+  l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
+                                               options_.conditioner_dtype, options_.device);
+  meter.done(options_.device);
+  return *l.conditioner;
+}
+
+dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
+  Loaded& l = *loaded_;
+  if (l.transformer && l.transformer_is_ref == reference) return *l.transformer;
+  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  l.transformer.reset();  // the other partition goes first: both never need to be resident
+  const std::string name = reference ? "transformer_ref" : "transformer";
+  H3_CHECK(repo_.has(name), ErrorCode::kNotFound, "repository ", model_dir_, " has no component '",
+           name, "'");
+  dit::DitOptions dopt;
+  dopt.device = options_.device;
+  dopt.precision = dit_precision_of(options_);
+  dopt.attention = options_.attention;
+  dopt.vsa = options_.vsa;
+  LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
+  l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
+  l.transformer_is_ref = reference;
+  meter.done(options_.device);
+  return *l.transformer;
+}
+
+video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
+  Loaded& l = *loaded_;
+  if (l.vae && (l.vae_has_encoder || !encoder)) return *l.vae;
+  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  l.vae.reset();
+  video_vae::VideoVaeOptions vopt;
+  vopt.device = options_.device;
+  vopt.precision = vae_precision_of(options_);
+  vopt.load_encoder = encoder;
+  LoadMeter meter(rc, "vae", file_bytes_of(plan_, "vae"));
+  l.vae = video_vae::VideoVae::load(repo_.component("vae").folder, vopt);
+  l.vae_has_encoder = encoder;
+  meter.done(options_.device);
+  return *l.vae;
+}
+
+audio_vae::AudioVae& Engine::audio_vae(Receipt& rc, bool encoder) {
+  Loaded& l = *loaded_;
+  if (l.audio_vae && (l.audio_vae_has_encoder || !encoder)) return *l.audio_vae;
+  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  l.audio_vae.reset();
+  audio_vae::AudioVaeOptions aopt;
+  aopt.device = options_.device;
+  aopt.load_encoder = encoder;
+  LoadMeter meter(rc, "audio_vae", file_bytes_of(plan_, "audio_vae"));
+  l.audio_vae = audio_vae::AudioVae::load(repo_.component("audio_vae").folder, aopt);
+  l.audio_vae_has_encoder = encoder;
+  meter.done(options_.device);
+  return *l.audio_vae;
+}
+
+void Engine::finished_with_conditioner(Receipt& rc) {
+  Loaded& l = *loaded_;
+  if (!plan_.sequential || !l.conditioner) return;
+  auto s = rc.stage("release conditioner");
+  l.conditioner->release();
+  l.conditioner.reset();
+  // The freed blocks go back to the driver, not only to our pool: the planner's figures and any
+  // other process on the GPU then see the conditioner's memory as free.
+  if (options_.device.is_cuda()) cuda_release_cached(options_.device.index);
+}
+
+void Engine::finished_generation(Receipt& rc) {
+  (void)rc;
+  // Sequential plans cannot keep the DiT beside the conditioner the next prompt needs; they are
+  // released lazily by conditioner() so that a caller that only decodes keeps them.
+}
+
+void Engine::release_all() {
+  loaded_ = std::make_unique<Loaded>();
+  io::release_device_staging();
+  if (options_.device.is_cuda()) cuda_release_cached(options_.device.index);
+}
+
+bool Engine::is_loaded(const std::string& component) const {
+  const Loaded& l = *loaded_;
+  if (component == "conditioner" || component == "text_encoder")
+    return l.conditioner.has_value() && l.conditioner->loaded();
+  if (component == "transformer") return l.transformer.has_value() && !l.transformer_is_ref;
+  if (component == "transformer_ref") return l.transformer.has_value() && l.transformer_is_ref;
+  if (component == "vae") return l.vae.has_value();
+  if (component == "audio_vae") return l.audio_vae.has_value();
+  fail(ErrorCode::kInvalidArgument, "unknown component '", component, "'");
+}
+
+}  // namespace h3::pipeline

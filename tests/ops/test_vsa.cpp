@@ -1,0 +1,197 @@
+// Backend-ops cases for VSA-H3 attention (h3_dit_spec.md §5): the CUDA kernels against the CPU oracle on
+// small packed geometries (ragged prefix and video tiles, tiles 64 and 256, exempt and compete, with and
+// without the gate branch, head dims 32/64/128, bf16 and f16): the attention output within the dtype's
+// bounds, the block masks and the pooled scores exactly. Plus, on CUDA only: at sparsity 0 without a gate,
+// VSA is dense attention, so it must equal our dense CUDA attention within 2e-4 max-abs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backend_ops.h"
+#include "core/device.h"
+#include "ops/cuda/vsa_cuda.h"
+#include "ops/ops.h"
+#include "ops/vsa.h"
+
+namespace h3::test::ops {
+namespace {
+
+struct VsaShape {
+  std::string tag;
+  std::vector<int64_t> prefix;
+  int64_t grid[3];
+  int tile;
+  int64_t heads, d;
+};
+
+int64_t rows_of(const VsaShape& s) {
+  int64_t r = s.grid[0] * s.grid[1] * s.grid[2];
+  for (int64_t p : s.prefix) r += p;
+  return r;
+}
+
+h3::ops::VsaGeometry geometry_of(const VsaShape& s) {
+  return h3::ops::build_vsa_geometry(s.tile, s.prefix, s.grid, rows_of(s));
+}
+
+std::string sparsity_tag(double sp) { return "sp" + std::to_string(static_cast<int>(std::lround(sp * 100))); }
+
+// What a case returns: the attention output, the block mask, or the coarse scores.
+enum class VsaOutput { kOut, kMask, kScores };
+
+void add_vsa(const VsaShape& s, DType t, double sparsity, h3::ops::VsaMode mode, bool gate, VsaOutput what) {
+  OpCase c;
+  c.op = "vsa_attention";
+  const char* out_tag = what == VsaOutput::kOut ? "out" : (what == VsaOutput::kMask ? "mask" : "scores");
+  c.name = "vsa_" + std::string(out_tag) + "_" + s.tag + "_t" + std::to_string(s.tile) + "_" + dtype_tag(t) +
+           "_h" + std::to_string(s.heads) + "_d" + std::to_string(s.d) + "_" + sparsity_tag(sparsity) + "_" +
+           (mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete") + (gate ? "_gate" : "_nogate");
+  c.dtype = what == VsaOutput::kOut ? t : (what == VsaOutput::kMask ? DType::kU8 : DType::kF32);
+  const int64_t S = rows_of(s);
+  c.make_inputs = [s, S, t, gate](Rng& r) {
+    std::vector<Tensor> in = {r.uniform_tensor({S, s.heads, s.d}, t), r.uniform_tensor({S, s.heads, s.d}, t),
+                              r.uniform_tensor({S, s.heads, s.d}, t)};
+    if (gate) in.push_back(r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f));
+    return in;
+  };
+  c.run = [s, sparsity, mode, gate, what](const std::vector<Tensor>& in) {
+    const h3::ops::VsaGeometry geo = geometry_of(s);
+    h3::ops::VsaOptions opt;
+    opt.sparsity = sparsity;
+    opt.mode = mode;
+    h3::ops::VsaTrace trace;
+    Tensor out = h3::ops::vsa_attention(in[0], in[1], in[2], gate ? &in[3] : nullptr, geo, opt,
+                                        what == VsaOutput::kOut ? nullptr : &trace);
+    if (what == VsaOutput::kMask) return trace.mask;
+    if (what == VsaOutput::kScores) return trace.scores;
+    return out;
+  };
+  // Masks exact; scores exact too (float64 dot products of identical float32 tile means).
+  if (what != VsaOutput::kOut) c.device_bounds = Bounds{0.0, 0.0};
+  register_case(std::move(c));
+}
+
+void add_vsa_cases() {
+  using h3::ops::VsaMode;
+  const VsaShape t2va{"t2va", {37, 46}, {6, 7, 9}, 64, 2, 128};
+  const VsaShape fl2va{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 64};
+  const VsaShape fl2va256{"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 2, 64};
+  const VsaShape video_only{"video", {}, {8, 8, 16}, 64, 2, 32};
+  const VsaShape tiny{"tiny", {7, 5, 3}, {8, 4, 6}, 256, 2, 128};
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    add_vsa(t2va, t, 0.9, VsaMode::kExempt, true, VsaOutput::kOut);
+    add_vsa(fl2va, t, 0.5, VsaMode::kCompete, false, VsaOutput::kOut);
+  }
+  add_vsa(t2va, DType::kBF16, 0.5, VsaMode::kCompete, true, VsaOutput::kOut);
+  add_vsa(t2va, DType::kBF16, 0.0, VsaMode::kExempt, false, VsaOutput::kOut);
+  add_vsa(fl2va256, DType::kBF16, 0.5, VsaMode::kExempt, true, VsaOutput::kOut);
+  add_vsa(fl2va256, DType::kBF16, 0.9, VsaMode::kCompete, false, VsaOutput::kOut);
+  add_vsa(video_only, DType::kBF16, 0.75, VsaMode::kExempt, true, VsaOutput::kOut);
+  add_vsa(tiny, DType::kBF16, 0.5, VsaMode::kExempt, true, VsaOutput::kOut);
+  // Head dim 128 (the Hopper fine kernel's shapes on sm_90a): ragged tiles of both sizes, gate
+  // on and off, exempt and compete, both dtypes.
+  add_vsa(t2va, DType::kBF16, 0.75, VsaMode::kCompete, false, VsaOutput::kOut);
+  add_vsa(tiny, DType::kF16, 0.5, VsaMode::kCompete, false, VsaOutput::kOut);
+  add_vsa(tiny, DType::kBF16, 0.0, VsaMode::kExempt, true, VsaOutput::kOut);
+  const VsaShape fl2va256d128{"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 128};
+  add_vsa(fl2va256d128, DType::kBF16, 0.9, VsaMode::kExempt, true, VsaOutput::kOut);
+  add_vsa(fl2va256d128, DType::kF16, 0.5, VsaMode::kCompete, false, VsaOutput::kOut);
+  const VsaShape fl2va64d128{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 5, 128};
+  add_vsa(fl2va64d128, DType::kBF16, 0.5, VsaMode::kExempt, false, VsaOutput::kOut);
+  add_vsa(fl2va64d128, DType::kF16, 0.9, VsaMode::kCompete, true, VsaOutput::kOut);
+  add_vsa(t2va, DType::kF32, 0.5, VsaMode::kExempt, true, VsaOutput::kOut);  // f32: the oracle on the host
+  for (VsaMode m : {VsaMode::kExempt, VsaMode::kCompete}) {
+    add_vsa(fl2va, DType::kBF16, 0.75, m, false, VsaOutput::kMask);
+    add_vsa(fl2va256, DType::kBF16, 0.5, m, true, VsaOutput::kMask);
+  }
+  add_vsa(t2va, DType::kBF16, 0.9, VsaMode::kExempt, true, VsaOutput::kScores);
+}
+
+H3_OPS_CASES(add_vsa_cases);
+
+// At sparsity 0 without a gate every key tile is visible, so the VSA kernel computes dense attention
+// (in tile order instead of row order): within 2e-4 max-abs of ops::attention on the same device.
+// Values of v in [-0.25, 0.25] keep the outputs below 2^-4, where one rounding step of either
+// dtype stays under the bound.
+TEST(VsaCuda, SparsityZeroEqualsDenseAttention) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
+  const VsaShape shapes[] = {{"t2va", {37, 46}, {6, 7, 9}, 64, 2, 128},
+                             {"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 64}};
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (const VsaShape& s : shapes) {
+      SCOPED_TRACE(s.tag + " " + dtype_tag(t));
+      Rng r(1234);
+      const int64_t S = rows_of(s);
+      const Device dev = Device::cuda(0);
+      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t, -0.25f, 0.25f).to(dev);
+      h3::ops::VsaOptions opt;  // sparsity 0, no gate
+      const Tensor sparse = h3::ops::vsa_attention(q, k, v, nullptr, geometry_of(s), opt);
+      const Tensor dense = h3::ops::attention(q, k, v);
+      const Metrics m = measure(f64(sparse.to(Device::cpu())), f64(dense.to(Device::cpu())));
+      std::printf("[vsa cuda] %s t%d %s sparsity 0 vs dense attention: max_abs=%.3e (bound 2e-4)\n",
+                  s.tag.c_str(), s.tile, dtype_tag(t).c_str(), m.max_abs);
+      EXPECT_LE(m.max_abs, 2e-4);
+      EXPECT_EQ(m.nonfinite, 0);
+    }
+  }
+}
+
+// The Hopper fine kernel (wgmma + TMA, default on sm_90a) against the mma.sync one (H3_VSA_HOPPER=0)
+// on the same inputs: both compute the same rounding points, so they differ only by the order of
+// float32 sums and the block grouping of the online softmax, a few units of the last bf16/f16 place
+// at most. Ragged tiles of 64 and 256 rows, gate on (the fused combine) and off.
+TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
+  const VsaShape shapes[] = {{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128},
+                             {"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 128}};
+  const char* saved = std::getenv("H3_VSA_HOPPER");
+  const std::string saved_value = saved ? saved : "";
+  bool any_hopper = false;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (const VsaShape& s : shapes) {
+      for (bool gate : {false, true}) {
+        SCOPED_TRACE(s.tag + " t" + std::to_string(s.tile) + " " + dtype_tag(t) + (gate ? " gate" : ""));
+        Rng r(99);
+        const int64_t S = rows_of(s);
+        const Device dev = Device::cuda(0);
+        const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+        const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+        const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+        const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+        h3::ops::VsaOptions opt;
+        opt.sparsity = 0.75;
+        const h3::ops::VsaGeometry geo = geometry_of(s);
+        h3::ops::cuda::VsaStageTimes st;
+        ::unsetenv("H3_VSA_HOPPER");
+        const Tensor a = h3::ops::cuda::vsa_attention(q, k, v, gate ? &g : nullptr, geo, opt, nullptr, &st);
+        ::setenv("H3_VSA_HOPPER", "0", 1);
+        h3::ops::cuda::VsaStageTimes st0;
+        const Tensor b = h3::ops::cuda::vsa_attention(q, k, v, gate ? &g : nullptr, geo, opt, nullptr, &st0);
+        EXPECT_FALSE(st0.fine_hopper) << "H3_VSA_HOPPER=0 must select the mma.sync kernel";
+        any_hopper = any_hopper || st.fine_hopper;
+        const Metrics m = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
+        std::printf("[vsa cuda] %s t%d %s%s fine kernel %s vs mma.sync: rel_l2=%.3e max_abs=%.3e "
+                    "(bounds 4e-3, 1.6e-2)\n",
+                    s.tag.c_str(), s.tile, dtype_tag(t).c_str(), gate ? " gate" : "",
+                    st.fine_hopper ? "hopper" : "mma.sync", m.rel_l2, m.max_abs);
+        EXPECT_LE(m.rel_l2, 4e-3);
+        EXPECT_LE(m.max_abs, 1.6e-2);
+        EXPECT_EQ(m.nonfinite, 0);
+      }
+    }
+  }
+  if (saved) {
+    ::setenv("H3_VSA_HOPPER", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("H3_VSA_HOPPER");
+  }
+  if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
+}
+
+}  // namespace
+}  // namespace h3::test::ops
