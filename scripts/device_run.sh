@@ -66,7 +66,11 @@ if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
     run bench_vsa 120 "$bin/h3" bench vsa
     cat "$out/bench_vsa.log" >>"$summary"
     H3_VSA_HOPPER=0 run bench_vsa_mma 120 "$bin/h3" bench vsa
-    cat "$out/bench_vsa_mma.log" >>"$summary"
+    grep -E "whole op|fine branch" "$out/bench_vsa_mma.log" | sed 's/^/H3_VSA_HOPPER=0 /' >>"$summary"
+    H3_VSA_HOPPER_ORDER=head H3_VSA_TOPK=sort run bench_vsa_old_order 120 "$bin/h3" bench vsa
+    grep -E "whole op|fine branch|top-k" "$out/bench_vsa_old_order.log" | sed 's/^/ORDER=head TOPK=sort /' >>"$summary"
+    run bench_vsa_256 120 "$bin/h3" bench vsa --tile 256
+    grep -E "whole op|fine branch" "$out/bench_vsa_256.log" | sed 's/^/tile 256 /' >>"$summary"
   fi
 fi
 # Weight loading: a synthetic DiT-width file of 12+ GB, cold and warm (H3_LOAD_FILE to reuse one).

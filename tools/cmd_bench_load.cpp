@@ -3,7 +3,8 @@
 // released names and shapes, random bf16, float32 islands as float32) of at least --size-gb, then
 // measures: the raw disk read (O_DIRECT, page cache dropped), a cold load to the GPU through
 // io/device_loader.h, a warm load (page cache hot), and the plain path it replaces (mmap view ->
-// synchronous cudaMemcpy per tensor) cold and warm. Each line gives GB/s and the method.
+// synchronous cudaMemcpy per tensor) cold and warm, and GPUDirect Storage (io/cufile.h) cold and
+// warm where libcufile loads. Each line gives GB/s and the method.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -26,6 +27,7 @@
 #include "command.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "io/cufile.h"
 #include "io/device_loader.h"
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_config.h"
@@ -225,7 +227,8 @@ int run_bench_load(const std::vector<std::string>& argv) {
           "usage: h3 bench load --file PATH [--size-gb N] [--device cuda:N] [--staging-mb N]\n"
           "                     [--buffers N] [--threads N] [--rewrite]\n\n"
           "Writes (or reuses) a synthetic DiT-shaped safetensors file of at least N GB (default 12)\n"
-          "and measures raw disk read, cold and warm loads to the GPU, and mmap + cudaMemcpy.\n");
+          "and measures raw disk read, cold and warm loads to the GPU, mmap + cudaMemcpy, and\n"
+          "GPUDirect Storage (cuFile) cold and warm where libcufile loads.\n");
       return 0;
     } else if (f == "--file") {
       a.file = value();
@@ -297,8 +300,11 @@ int run_bench_load(const std::vector<std::string>& argv) {
     const double s = raw_read(a.file, file_size, &how);
     line("raw disk read", file_size, s, how, cold_note(cached).c_str());
   }
-  auto loader_run = [&](const char* label, const char* ref) {
-    h3::io::DeviceLoader loader(dev, lo);
+  auto loader_run = [&](const char* label, const char* ref,
+                        h3::io::CufileMode mode = h3::io::CufileMode::kEnv) {
+    h3::io::DeviceLoaderOptions o = lo;
+    o.cufile = mode;
+    h3::io::DeviceLoader loader(dev, o);
     const auto t0 = Clock::now();
     std::vector<h3::Tensor> ts = loader.load(ck, items);
     const double s = seconds_since(t0);
@@ -322,6 +328,16 @@ int run_bench_load(const std::vector<std::string>& argv) {
     mmap_run("cold mmap -> cudaMemcpy", cold_note(cached));
   }
   mmap_run("warm mmap -> cudaMemcpy", "");
+  const h3::io::CufileInfo& cf = h3::io::cufile_probe(dev.index);
+  if (cf.available) {
+    const std::string note = "(" + cf.reason + ")";
+    const double cached = drop_cache(a.file, &global);
+    loader_run("cold load (cuFile)", (note + " " + cold_note(cached)).c_str(),
+               h3::io::CufileMode::kOn);
+    loader_run("warm load (cuFile)", note.c_str(), h3::io::CufileMode::kOn);
+  } else {
+    std::printf("  %-28s unavailable: %s\n", "cuFile (GPUDirect Storage)", cf.reason.c_str());
+  }
   return 0;
 }
 

@@ -5,10 +5,16 @@
 // safetensors writers rename a finished temporary file).
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <exception>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -27,6 +33,87 @@
 #include "pipeline/memory_plan.h"
 
 namespace {
+
+// Encodes frames into an MP4 on a worker thread, in the order they are pushed. An error on the
+// worker is rethrown by the next push() or by finish(); a muxer destroyed before finish() drops
+// its temporary file (io::Mp4Writer), so a failed run leaves no output.
+class MuxerThread {
+ public:
+  explicit MuxerThread(std::string path) : path_(std::move(path)) {}
+  ~MuxerThread() { stop(); }
+  MuxerThread(const MuxerThread&) = delete;
+  MuxerThread& operator=(const MuxerThread&) = delete;
+
+  void start(int64_t num_frames, int64_t height, int64_t width, const h3::Tensor& audio) {
+    writer_.emplace(path_, num_frames, height, width, audio);
+    worker_ = std::thread([this] { run(); });
+  }
+  void push(const h3::Tensor& frames) {
+    std::unique_lock<std::mutex> lock(mu_);
+    rethrow_locked();
+    // At most two runs of frames wait: the decoder never gets far ahead of the encoder's memory.
+    cv_.wait(lock, [&] { return queue_.size() < 2 || error_; });
+    rethrow_locked();
+    queue_.push_back(frames);
+    cv_.notify_all();
+  }
+  h3::io::Mp4Result finish() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    rethrow_locked();
+    H3_CHECK(writer_.has_value(), h3::ErrorCode::kInternal, path_, ": no frames were streamed");
+    return writer_->finish();
+  }
+
+ private:
+  void run() {
+    while (true) {
+      h3::Tensor next;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;
+        next = queue_.front();
+        queue_.pop_front();
+        cv_.notify_all();
+      }
+      try {
+        writer_->add_frames(next);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = std::current_exception();
+        cv_.notify_all();
+        return;
+      }
+    }
+  }
+  void rethrow_locked() {
+    if (error_) std::rethrow_exception(error_);
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      queue_.clear();
+      cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+  }
+
+  std::string path_;
+  std::optional<h3::io::Mp4Writer> writer_;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<h3::Tensor> queue_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
 
 using h3::ErrorCode;
 namespace fs = std::filesystem;
@@ -120,6 +207,8 @@ void print_help() {
       "  --receipt FILE.json      write per-stage timings as JSON\n"
       "  --save-latents FILE      write the final latents (video, audio) as safetensors\n"
       "  --progress               progress on stderr even when it is not a terminal\n"
+      "  --no-stream              decode the whole video, then encode the MP4 (default: encode\n"
+      "                           each window's frames while the next one decodes; same bytes)\n"
       "  --allow-any-duration     skip the 5-15 s duration check (small test runs)\n");
 }
 
@@ -205,6 +294,7 @@ int run_generate(const std::vector<std::string>& args) {
   bool have_prompt = false;
   bool have_frames = false;
   bool force_progress = false;
+  bool stream = true;
   std::optional<std::string> attention;
   bool vsa_flag = false;
   int64_t repeat = 1;
@@ -224,6 +314,10 @@ int run_generate(const std::vector<std::string>& args) {
     }
     if (a == "--cpu-offload") {
       eo.cpu_offload = true;
+      continue;
+    }
+    if (a == "--no-stream") {
+      stream = false;
       continue;
     }
     if (a == "--progress") {
@@ -332,6 +426,15 @@ int run_generate(const std::vector<std::string>& args) {
     req.seed = first_seed + static_cast<uint64_t>(k);
     const std::string out_k = with_seed(out, req.seed, tag);
     h3::Receipt receipt;
+    // The MP4 is encoded on its own thread while the video decoder produces later windows.
+    MuxerThread muxer(out_k);
+    if (stream) {
+      opt.keep_frames = false;
+      opt.on_audio = [&](const pl::TargetGeometry& g, const h3::Tensor& audio) {
+        muxer.start(g.num_frames, g.height, g.width, audio);
+      };
+      opt.on_frames = [&](int64_t, const h3::Tensor& frames) { muxer.push(frames); };
+    }
     const pl::GenerateResult r = pl::generate(engine, req, opt, &receipt);
     if (k == 0 && !r.frames_note.empty()) std::fprintf(stderr, "note: %s\n", r.frames_note.c_str());
     if (!latents_path.empty()) {
@@ -344,7 +447,7 @@ int run_generate(const std::vector<std::string>& args) {
     {
       progress.update("write mp4", 0, 0);
       auto s = receipt.stage("write mp4");
-      m = h3::io::write_mp4(out_k, r.frames, r.audio);
+      m = stream ? muxer.finish() : h3::io::write_mp4(out_k, r.frames, r.audio);
     }
     std::fputs(receipt.table().c_str(), stderr);
     if (!receipt_path.empty()) receipt.write_json(with_seed(receipt_path, req.seed, tag));

@@ -6,6 +6,8 @@
 // cached flag (builds without NVTX compile it away entirely).
 #pragma once
 
+#include <cstdint>
+
 #if defined(H3_WITH_NVTX)
 #include <nvtx3/nvToolsExt.h>
 
@@ -24,6 +26,14 @@ inline bool nvtx_enabled() {
   return on;
 }
 
+// Start/end ranges need not nest (receipt stages may end out of order); 0 means "none".
+inline uint64_t nvtx_range_start(const char* name) {
+  return nvtx_enabled() ? static_cast<uint64_t>(nvtxRangeStartA(name)) : 0;
+}
+inline void nvtx_range_end(uint64_t id) {
+  if (id) nvtxRangeEnd(static_cast<nvtxRangeId_t>(id));
+}
+
 class NvtxRange {
  public:
   explicit NvtxRange(const char* name) : on_(nvtx_enabled()) {
@@ -40,6 +50,8 @@ class NvtxRange {
 };
 #else
 inline bool nvtx_enabled() { return false; }
+inline uint64_t nvtx_range_start(const char*) { return 0; }
+inline void nvtx_range_end(uint64_t) {}
 
 class NvtxRange {
  public:

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/cuda_stream.h"
+#include "core/nvtx.h"
 #include "core/status.h"
 
 namespace h3 {
@@ -54,7 +55,8 @@ Receipt::Stage::Stage(Stage&& o) noexcept
     : receipt_(std::exchange(o.receipt_, nullptr)),
       index_(o.index_),
       t0_(o.t0_),
-      stream_(o.stream_) {}
+      stream_(o.stream_),
+      nvtx_(std::exchange(o.nvtx_, 0)) {}
 
 Receipt::Stage& Receipt::Stage::operator=(Stage&& o) noexcept {
   if (this != &o) {
@@ -63,6 +65,7 @@ Receipt::Stage& Receipt::Stage::operator=(Stage&& o) noexcept {
     index_ = o.index_;
     t0_ = o.t0_;
     stream_ = o.stream_;
+    nvtx_ = std::exchange(o.nvtx_, 0);
   }
   return *this;
 }
@@ -76,6 +79,7 @@ Receipt::Stage::~Stage() {
 }
 
 void Receipt::Stage::end() {
+  nvtx_range_end(std::exchange(nvtx_, 0));
   if (!receipt_) return;
   Receipt* r = std::exchange(receipt_, nullptr);
   r->end_stage(*this);
@@ -119,6 +123,7 @@ Receipt::Stage Receipt::stage(const std::string& name, const Stream* stream) {
   }
   s.receipt_ = this;
   s.stream_ = stream;
+  s.nvtx_ = nvtx_range_start(name.c_str());  // Nsight Systems timelines (H3_NVTX=1)
   s.t0_ = std::chrono::steady_clock::now();
   return s;
 }

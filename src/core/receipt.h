@@ -62,6 +62,7 @@ class Receipt {
     int index_ = -1;
     std::chrono::steady_clock::time_point t0_;
     const Stream* stream_ = nullptr;
+    uint64_t nvtx_ = 0;  // open NVTX range, 0 when none
   };
 
   Receipt();

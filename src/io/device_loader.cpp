@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "io/cufile.h"
 #include "ops/ops.h"
 
 namespace h3::io {
@@ -24,6 +25,8 @@ const char* load_method_name(LoadMethod m) {
     case LoadMethod::kMmap: return "mmap";
     case LoadMethod::kPreadHost: return "pread-host";
     case LoadMethod::kPinnedRing: return "pinned-ring";
+    case LoadMethod::kCufile: return "cufile";
+    case LoadMethod::kCufileCompat: return "cufile-compat";
   }
   return "?";
 }
@@ -38,6 +41,18 @@ std::string LoadStats::str() const {
 }
 
 namespace {
+
+CufileMode resolve_cufile_mode(CufileMode m) {
+  if (m != CufileMode::kEnv) return m;
+  const char* env = std::getenv("H3_CUFILE");
+  if (!env || !*env) return CufileMode::kAuto;
+  const std::string v(env);
+  if (v == "1" || v == "on" || v == "true") return CufileMode::kOn;
+  if (v == "0" || v == "off" || v == "false") return CufileMode::kOff;
+  if (v != "auto")
+    H3_LOG_WARN("H3_CUFILE='", v, "' is not 0, 1 or auto; using auto");
+  return CufileMode::kAuto;
+}
 
 // A host sink: plain buffers and memcpy. Used for owned CPU copies and the CPU tests of the
 // chunked reader.
@@ -201,10 +216,23 @@ DeviceLoader::DeviceLoader(Device device, const DeviceLoaderOptions& options)
   stats_.method = device.is_cuda() ? LoadMethod::kPinnedRing
                   : options.host_copy ? LoadMethod::kPreadHost
                                       : LoadMethod::kMmap;
-  const char* cufile = std::getenv("H3_CUFILE");
-  if (device.is_cuda() && cufile && std::string(cufile) == "1")
-    H3_LOG_INFO("H3_CUFILE=1: GPUDirect Storage is not built into this loader; using the pinned "
-                "staging ring");
+  if (!device.is_cuda()) return;
+  const CufileMode mode = resolve_cufile_mode(options.cufile);
+  if (mode == CufileMode::kOff) return;
+  // Auto stays off unless the nvidia-fs driver is loaded (nothing is loaded otherwise): in
+  // compatibility mode cuFile bounces through host memory like the staging ring, only slower.
+  if (mode == CufileMode::kAuto && !nvidia_fs_present()) return;
+  const CufileInfo& info = cufile_probe(device.index);
+  if (!info.available) {
+    if (mode == CufileMode::kOn)
+      H3_LOG_WARN("cuFile was requested (H3_CUFILE=1) but is unavailable (", info.reason,
+                  "); using the pinned staging ring");
+    return;
+  }
+  if (mode == CufileMode::kAuto && info.compat) return;
+  use_cufile_ = true;
+  stats_.method = info.compat ? LoadMethod::kCufileCompat : LoadMethod::kCufile;
+  H3_LOG_INFO("device loader on ", device.str(), ": cuFile (", info.reason, ")");
 }
 
 DeviceLoader::~DeviceLoader() = default;
@@ -225,9 +253,6 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       out[i] = std::move(t);
     }
   } else {
-    if (!sink_)
-      sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
-                                options_.staging_bytes);
     // Group by file (a sharded checkpoint streams each shard in its own order).
     std::map<const SafetensorsFile*, std::vector<ByteSpan>> by_file;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -237,13 +262,34 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       by_file[&ckpt.file_of(items[i].name)].push_back(
           {info.begin, info.nbytes, out[i].raw(), items[i].name});
     }
-    sink_->begin();
-    try {
-      for (auto& [file, spans] : by_file)
-        stream_spans(file->path(), std::move(spans), *sink_, options_);
-    } catch (...) {
-      sink_->finish();  // no copy may still target the tensors freed on the way out
-      throw;
+    bool done = false;
+    if (use_cufile_) {
+      try {
+        for (const auto& [file, spans] : by_file)
+          cufile_read_spans(file->path(), spans, device_.index, options_.reader_threads);
+        done = true;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kUnsupported) throw;
+        // Whatever went wrong (registration refused, O_DIRECT refused, a read error), the
+        // staging ring re-reads every file and reports genuine I/O errors itself.
+        H3_LOG_WARN("GPUDirect Storage failed (", e.what(),
+                    "); this loader uses the pinned staging ring from now on");
+        use_cufile_ = false;
+        stats_.method = LoadMethod::kPinnedRing;
+      }
+    }
+    if (!done) {
+      if (!sink_)
+        sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
+                                  options_.staging_bytes);
+      sink_->begin();
+      try {
+        for (auto& [file, spans] : by_file)
+          stream_spans(file->path(), std::move(spans), *sink_, options_);
+      } catch (...) {
+        sink_->finish();  // no copy may still target the tensors freed on the way out
+        throw;
+      }
     }
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].as || *items[i].as == out[i].dtype()) continue;

@@ -13,9 +13,12 @@
 // owned copies (`host_copy`), which go through the same chunked reader: the CPU tests exercise
 // the chunking, ring reuse and error paths with it.
 //
-// GPUDirect Storage (cuFile) is not implemented yet: the staging path already reaches the disk's
-// speed cold (`h3 bench load`), which is where GDS would help. H3_CUFILE=1 logs that it is not
-// available and uses the staging ring.
+// GPUDirect Storage (cuFile, io/cufile.h) is an optional second path on CUDA: libcufile is
+// loaded at run time, each tensor's bytes are read straight into its device memory, and any
+// failure (library absent, driver or registration refused, a read error) falls back to the
+// staging ring with a warning. H3_CUFILE=1 forces trying it, H3_CUFILE=0 never; by default it is
+// used only where the nvidia-fs driver provides real GDS (compatibility mode bounces through host
+// memory, which the staging ring already does faster).
 #pragma once
 
 #include <cstddef>
@@ -31,8 +34,14 @@
 
 namespace h3::io {
 
-enum class LoadMethod { kMmap, kPreadHost, kPinnedRing };
-const char* load_method_name(LoadMethod m);  // "mmap", "pread-host", "pinned-ring"
+enum class LoadMethod { kMmap, kPreadHost, kPinnedRing, kCufile, kCufileCompat };
+// "mmap", "pread-host", "pinned-ring", "cufile", "cufile-compat"
+const char* load_method_name(LoadMethod m);
+
+// Whether a CUDA load tries cuFile: kEnv reads H3_CUFILE ("1" = kOn, "0" = kOff, unset or
+// "auto" = kAuto); kAuto uses it only with real GDS (not compatibility mode); kOn tries it
+// whenever libcufile loads (compatibility mode included), falling back with a warning.
+enum class CufileMode { kEnv, kAuto, kOff, kOn };
 
 struct LoadStats {
   uint64_t bytes = 0;    // tensor bytes as stored in the file
@@ -51,6 +60,8 @@ struct DeviceLoaderOptions {
   uint64_t merge_gap = uint64_t{1} << 20;
   // CPU target only: return owned copies read through the chunked reader instead of mmap views.
   bool host_copy = false;
+  // CUDA target only: the GPUDirect Storage path (see CufileMode).
+  CufileMode cufile = CufileMode::kEnv;
 };
 
 // One request: a tensor of the checkpoint, optionally converted to `as` after the copy.
@@ -85,6 +96,7 @@ class DeviceLoader {
   DeviceLoaderOptions options_;
   std::unique_ptr<Sink> sink_;
   LoadStats stats_;
+  bool use_cufile_ = false;  // decided at construction; cleared after a cuFile failure
 };
 
 // ---- process-wide helpers used by the model loaders ----------------------------------------------

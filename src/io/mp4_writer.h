@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -43,5 +44,28 @@ bool mp4_writer_available();
 // kIo when the folder cannot be written.
 Mp4Result write_mp4(const std::string& path, const Tensor& frames, const Tensor& audio,
                     const Mp4Options& options = {});
+
+// The same file written in pieces: frames arrive in order (add_frames, any number per call) while
+// the video is still being decoded, so encoding overlaps decoding. The number of frames and the
+// audio are known up front (the audio is decoded first: it is small and fast), which keeps the
+// packets and their interleaving, hence the bytes, identical to write_mp4's. Nothing is visible at
+// `path` until finish() succeeds; a writer destroyed before that removes its temporary file.
+class Mp4Writer {
+ public:
+  Mp4Writer(const std::string& path, int64_t num_frames, int64_t height, int64_t width,
+            const Tensor& audio, const Mp4Options& options = {});
+  ~Mp4Writer();
+  Mp4Writer(Mp4Writer&&) noexcept;
+  Mp4Writer& operator=(Mp4Writer&&) noexcept;
+  // frames: uint8 [n, H, W, 3] RGB on the CPU.
+  void add_frames(const Tensor& frames);
+  int64_t frames_written() const;
+  // Flushes the encoders, writes the trailer and renames the file into place.
+  Mp4Result finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace h3::io

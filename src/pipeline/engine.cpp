@@ -67,10 +67,12 @@ uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : model_dir_(model_dir), options_(options), loaded_(std::make_unique<Loaded>()) {
-  // The planner accounts for --cpu-offload (h3_components_spec.md §5), but streaming the DiT's
-  // blocks from pinned host memory is not implemented in the DiT yet: refuse rather than ignore.
-  H3_CHECK(!options.cpu_offload, ErrorCode::kUnsupported,
-           "--cpu-offload is not supported yet; use --sequential-load on to lower the peak");
+  // --cpu-offload streams the DiT's blocks from pinned host memory to the device
+  // (models/h3_dit/dit_offload.h). On the CPU there is nothing to offload to: refuse rather than
+  // silently ignore the flag.
+  H3_CHECK(!options.cpu_offload || options.device.is_cuda(), ErrorCode::kUnsupported,
+           "--cpu-offload needs a CUDA device (--device cuda); on ", options.device.str(),
+           " the weights already live in host memory");
   repo_ = io::Repository::open(model_dir);
   PlanOptions po;
   po.device = options.device;
@@ -115,6 +117,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.precision = dit_precision_of(options_);
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
+  dopt.cpu_offload = options_.cpu_offload;
   LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;

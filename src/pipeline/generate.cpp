@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "io/repo.h"
@@ -543,22 +544,65 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
       audio_rows.slice(0, nca, audio_rows.size(0)).contiguous(), geo.audio_latents);
 
   // ---- decoders (§2.6-2.8, §3.4; fact 9) ----
-  {
-    video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
-    progress("decode video", 0, 0);
-    auto s = rc.stage("video decode");
-    const Tensor decoded =
-        vae.decode(vae.denormalize_latents(result.latents.to(engine.device()))).to(Device::cpu());
-    const Tensor pixels = video_vae::denormalize_pixels(decoded);  // [1, 3, F, H, W]
-    result.frames_float = pixels.permute({0, 2, 3, 4, 1}).select(0, 0).contiguous();
-    result.frames = video_vae::frames_to_uint8(pixels).select(0, 0).contiguous();
-  }
-  {
+  auto decode_audio = [&] {
     audio_vae::AudioVae& avae = engine.audio_vae(rc, /*encoder=*/false);
     progress("decode audio", 0, 0);
     auto s = rc.stage("audio decode");
     const Tensor wave = avae.decode_normalized(result.audio_latents);  // [2, 1, S]
     result.audio = wave.to(Device::cpu()).reshape({wave.size(0), wave.size(-1)}).contiguous();
+  };
+  const bool streaming = options.on_frames != nullptr;
+  H3_CHECK(streaming == (options.on_audio != nullptr), ErrorCode::kInvalidArgument,
+           "streaming output needs both on_audio and on_frames");
+  if (!streaming) {
+    video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
+    progress("decode video", 0, 0);
+    {
+      auto s = rc.stage("video decode");
+      const Tensor decoded =
+          vae.decode(vae.denormalize_latents(result.latents.to(engine.device()))).to(Device::cpu());
+      const Tensor pixels = video_vae::denormalize_pixels(decoded);  // [1, 3, F, H, W]
+      result.frames_float = pixels.permute({0, 2, 3, 4, 1}).select(0, 0).contiguous();
+      result.frames = video_vae::frames_to_uint8(pixels).select(0, 0).contiguous();
+    }
+    decode_audio();
+  } else {
+    // The audio first (small, fast), so that the muxer can start with the first frames.
+    decode_audio();
+    options.on_audio(geo, result.audio);
+    video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
+    progress("decode video", 0, 0);
+    auto s = rc.stage("video decode");
+    std::vector<Tensor> floats, bytes;
+    int64_t next = 0;
+    vae.decode_streaming(
+        vae.denormalize_latents(result.latents.to(engine.device())),
+        [&](int64_t item, int64_t first_frame, const Tensor& chunk) {
+          H3_CHECK(item == 0 && first_frame == next, ErrorCode::kInternal,
+                   "streamed frames out of order: item ", item, " frame ", first_frame,
+                   ", expected ", next);
+          // The whole decode's conversions on this run of frames ([3, n, H, W]); without
+          // keep_frames only the uint8 frames (a quarter of the bytes) leave the device.
+          const Tensor c5 = chunk.reshape({1, chunk.size(0), chunk.size(1), chunk.size(2),
+                                           chunk.size(3)});
+          Tensor u8;
+          if (options.keep_frames) {
+            const Tensor pixels = video_vae::denormalize_pixels(c5.to(Device::cpu()));
+            u8 = video_vae::frames_to_uint8(pixels).select(0, 0).contiguous();
+            floats.push_back(pixels.permute({0, 2, 3, 4, 1}).select(0, 0).contiguous());
+            bytes.push_back(u8);
+          } else {
+            u8 = video_vae::decoded_to_uint8(c5).select(0, 0).contiguous();
+          }
+          next += u8.size(0);
+          options.on_frames(first_frame, u8);
+        });
+    H3_CHECK(next == geo.num_frames, ErrorCode::kInternal, "streamed ", next, " frames of ",
+             geo.num_frames);
+    if (options.keep_frames && !bytes.empty()) {
+      result.frames_float = bytes.size() == 1 ? floats[0] : ops::concat(floats, 0);
+      result.frames = bytes.size() == 1 ? bytes[0] : ops::concat(bytes, 0);
+    }
   }
   engine.finished_generation(rc);
   return result;

@@ -106,6 +106,15 @@ struct GenerateOptions {
   // Called when a stage starts ("prepare", "encode prompt", "encode conditions", "denoise",
   // "decode video", "decode audio") and after every step, for progress displays.
   std::function<void(const std::string& stage, int64_t step, int64_t steps)> on_progress;
+  // Streaming output (both set, or neither): the audio is decoded first and handed to on_audio
+  // with the output geometry (float32 [2, S] on the CPU), then the video is decoded window by window and every run of
+  // finished frames goes to on_frames (uint8 [n, H, W, 3] on the CPU, in order, starting at
+  // first_frame) while later windows still decode, so a muxer can encode as the decoder goes. The
+  // frames are the same bytes as the whole decode's. result.frames and frames_float are filled
+  // only with keep_frames.
+  std::function<void(const TargetGeometry& geometry, const Tensor& audio)> on_audio;
+  std::function<void(int64_t first_frame, const Tensor& frames)> on_frames;
+  bool keep_frames = true;
 };
 
 struct GenerateResult {

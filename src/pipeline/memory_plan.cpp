@@ -277,8 +277,10 @@ void check_fits(const MemoryPlan& plan) {
   std::string hints;
   if (!plan.sequential)
     hints += "; --sequential-load on would need " + gb(plan.peak_sequential);
-  // --cpu-offload is planned (dit_weights_offload) but the engine does not run it yet, so it is
-  // not suggested here.
+  // --cpu-offload keeps the DiT's blocks in pinned host memory (dit_weights_offload resident).
+  if (!plan.cpu_offload && plan.dit_weights_full > plan.dit_weights_offload)
+    hints += "; --cpu-offload would keep " + gb(plan.dit_weights_full - plan.dit_weights_offload) +
+             " of DiT weights in host memory";
   const ComponentBytes* dit = plan.find("transformer");
   hints += "; a smaller canvas or fewer frames lowers the activations (DiT " +
            gb(dit ? dit->activations : 0) + ")";

@@ -193,5 +193,97 @@ TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
   if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
 }
 
+// The Hopper fine kernel's job order (query block fastest by default, head fastest with
+// H3_VSA_HOPPER_ORDER=head) only changes which CTA computes a job, not how: the outputs must be
+// bit-identical. A job mapping that skipped or repeated a job would leave rows unwritten or differ.
+TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
+  const VsaShape shapes[] = {{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128},
+                             {"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 128}};
+  const char* saved = std::getenv("H3_VSA_HOPPER_ORDER");
+  const std::string saved_value = saved ? saved : "";
+  bool any_hopper = false;
+  for (const VsaShape& s : shapes) {
+    for (bool gate : {false, true}) {
+      SCOPED_TRACE(s.tag + " t" + std::to_string(s.tile) + (gate ? " gate" : ""));
+      Rng r(7);
+      const int64_t S = rows_of(s);
+      const Device dev = Device::cuda(0);
+      const DType t = DType::kBF16;
+      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+      h3::ops::VsaOptions opt;
+      opt.sparsity = 0.75;
+      const h3::ops::VsaGeometry geo = geometry_of(s);
+      h3::ops::cuda::VsaStageTimes st;
+      ::unsetenv("H3_VSA_HOPPER_ORDER");
+      const Tensor a = h3::ops::cuda::vsa_attention(q, k, v, gate ? &g : nullptr, geo, opt, nullptr, &st);
+      ::setenv("H3_VSA_HOPPER_ORDER", "head", 1);
+      const Tensor b = h3::ops::cuda::vsa_attention(q, k, v, gate ? &g : nullptr, geo, opt, nullptr, nullptr);
+      any_hopper = any_hopper || st.fine_hopper;
+      const Metrics m = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
+      std::printf("[vsa cuda] %s t%d%s fine kernel (%s) query-block order vs head order: max_abs=%.3e (bound 0)\n",
+                  s.tag.c_str(), s.tile, gate ? " gate" : "", st.fine_hopper ? "hopper" : "mma.sync", m.max_abs);
+      EXPECT_EQ(m.max_abs, 0.0);
+      EXPECT_EQ(m.nonfinite, 0);
+    }
+  }
+  if (saved) {
+    ::setenv("H3_VSA_HOPPER_ORDER", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("H3_VSA_HOPPER_ORDER");
+  }
+  if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
+}
+
+// The top-k stage's radix select (default) and bitonic sort (H3_VSA_TOPK=sort) pick the same key
+// tiles: the masks must be equal and so, bit for bit, the outputs. Random scores with many near
+// ties at sparsities 0.5 and 0.9, both modes (exempt adds the prefix tiles, compete ranks them).
+TEST(VsaCuda, TopkRadixSelectEqualsSort) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
+  const VsaShape s{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128};
+  const char* saved = std::getenv("H3_VSA_TOPK");
+  const std::string saved_value = saved ? saved : "";
+  for (h3::ops::VsaMode mode : {h3::ops::VsaMode::kExempt, h3::ops::VsaMode::kCompete}) {
+    for (double sparsity : {0.5, 0.9}) {
+      SCOPED_TRACE(std::string(mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete") + " sparsity " +
+                   std::to_string(sparsity));
+      Rng r(11);
+      const int64_t S = rows_of(s);
+      const Device dev = Device::cuda(0);
+      const DType t = DType::kBF16;
+      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
+      const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+      h3::ops::VsaOptions opt;
+      opt.sparsity = sparsity;
+      opt.mode = mode;
+      const h3::ops::VsaGeometry geo = geometry_of(s);
+      h3::ops::VsaTrace ta, tb;
+      ::unsetenv("H3_VSA_TOPK");
+      const Tensor a = h3::ops::cuda::vsa_attention(q, k, v, &g, geo, opt, &ta);
+      ::setenv("H3_VSA_TOPK", "sort", 1);
+      const Tensor b = h3::ops::cuda::vsa_attention(q, k, v, &g, geo, opt, &tb);
+      ASSERT_TRUE(ta.mask.defined() && tb.mask.defined());
+      const Metrics mm = measure(f64(ta.mask.to(Device::cpu())), f64(tb.mask.to(Device::cpu())));
+      const Metrics mo = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
+      std::printf("[vsa cuda] top-k radix select vs sort, %s sparsity %.2f: mask max_abs=%.0f, out max_abs=%.3e "
+                  "(bounds 0)\n",
+                  mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete", sparsity, mm.max_abs, mo.max_abs);
+      EXPECT_EQ(mm.max_abs, 0.0);
+      EXPECT_EQ(mo.max_abs, 0.0);
+      EXPECT_EQ(mo.nonfinite, 0);
+    }
+  }
+  if (saved) {
+    ::setenv("H3_VSA_TOPK", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("H3_VSA_TOPK");
+  }
+}
+
 }  // namespace
 }  // namespace h3::test::ops

@@ -120,6 +120,27 @@ TEST(CliGenerate, TinyT2vaWritesMp4WithVideoAndAudio) {
 }
 #endif
 
+// The default output path encodes each window's frames while the next window decodes; it must give
+// the very bytes of decoding everything first (--no-stream). 56 frames make several windows.
+TEST(CliGenerate, StreamedMp4EqualsWholeDecodeMp4) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = make_tiny(tmp.path());
+  const fs::path a = tmp.path() / "streamed.mp4", b = tmp.path() / "whole.mp4";
+  const std::string frames = " --num-frames 56";
+  const RunResult ra = run_h3(small_request(model, a) + frames);
+  ASSERT_EQ(ra.status, 0) << ra.output;
+  const RunResult rb = run_h3(small_request(model, b) + frames + " --no-stream");
+  ASSERT_EQ(rb.status, 0) << rb.output;
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  const std::string ba((std::istreambuf_iterator<char>(fa)), std::istreambuf_iterator<char>());
+  const std::string bb((std::istreambuf_iterator<char>(fb)), std::istreambuf_iterator<char>());
+  std::printf("streamed %zu bytes, whole %zu bytes\n", ba.size(), bb.size());
+  EXPECT_FALSE(ba.empty());
+  EXPECT_TRUE(ba == bb) << "streamed and whole-decode MP4s differ";
+  EXPECT_TRUE(contains(ra.output, "56 frames")) << ra.output;
+}
+
 TEST(CliGenerate, MissingModelFolderFails) {
   H3_REQUIRE_BIN();
   TempDir tmp;

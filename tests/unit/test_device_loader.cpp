@@ -1,14 +1,18 @@
 // The chunked reader of io/device_loader.h on the CPU (the same code that feeds the CUDA staging
 // ring): bytes delivered equal the file's across ring-buffer boundaries, tensors read in file
 // order whatever the request order, and the errors (missing tensor, file truncated after opening).
+// cuFile (io/cufile.h): a missing library is reported, not fatal, and H3_CUFILE does not change
+// CPU loads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "core/status.h"
+#include "io/cufile.h"
 #include "io/device_loader.h"
 #include "io/safetensors.h"
 #include "support/temp_dir.h"
@@ -170,6 +174,63 @@ TEST(DeviceLoader, CudaTargetWithoutCudaIsUnsupported) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
   }
+}
+
+// Sets an environment variable for a scope, restoring the previous value (or its absence).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    had_ = old != nullptr;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+TEST(DeviceLoader, MissingCufileLibraryIsReportedNotFatal) {
+  const std::string missing = "/nonexistent/h3-test/libcufile.so.0";
+  ScopedEnv lib("H3_CUFILE_LIBRARY", missing.c_str());
+  const CufileInfo& info = cufile_probe(0);
+  std::printf("probe: available=%d reason: %s\n", info.available ? 1 : 0, info.reason.c_str());
+  EXPECT_FALSE(info.available);
+  EXPECT_FALSE(info.reason.empty());
+  // CUDA builds name the library they could not load; CPU builds say there is no CUDA.
+  EXPECT_TRUE(info.reason.find(missing) != std::string::npos ||
+              info.reason.find("CUDA") != std::string::npos)
+      << info.reason;
+  EXPECT_THROW(cufile_read_spans("/nonexistent/x.safetensors", {}, 0, 1), Error);
+  EXPECT_STREQ(load_method_name(LoadMethod::kCufile), "cufile");
+  EXPECT_STREQ(load_method_name(LoadMethod::kCufileCompat), "cufile-compat");
+}
+
+TEST(DeviceLoader, CufileSettingDoesNotAffectCpuLoads) {
+  ScopedEnv force("H3_CUFILE", "1");
+  ScopedEnv lib("H3_CUFILE_LIBRARY", "/nonexistent/h3-test/libcufile.so.0");
+  test::TempDir dir("h3_devload_cufile");
+  const std::string path = (dir.path() / "c.safetensors").string();
+  const auto tensors = mixed_tensors(20, 3);
+  write_safetensors(path, tensors);
+  const Checkpoint ck = Checkpoint::open(path);
+  DeviceLoaderOptions o;
+  o.host_copy = true;
+  o.staging_bytes = 8192;
+  DeviceLoader loader(Device::cpu(), o);
+  const Tensor t = loader.load_one(ck, tensors[7].name);
+  EXPECT_EQ(loader.stats().method, LoadMethod::kPreadHost);
+  ASSERT_EQ(t.nbytes(), tensors[7].tensor.nbytes());
+  EXPECT_EQ(std::memcmp(t.raw(), tensors[7].tensor.raw(), t.nbytes()), 0);
 }
 
 }  // namespace

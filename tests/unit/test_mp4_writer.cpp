@@ -179,6 +179,55 @@ TEST(Mp4Writer, FailuresLeaveNoFile) {
   fs::remove_all(dir);
 }
 
+// Streaming: the same frames and audio written in uneven pieces give the same bytes as one call,
+// a writer abandoned before finish() leaves nothing, and frame-count mistakes are errors.
+TEST(Mp4Writer, PiecesGiveTheSameBytesAsOneCall) {
+  const fs::path dir = fresh_dir("pieces");
+  const Tensor frames = test_frames(11, 32, 48);
+  const Tensor audio = test_audio(16000);
+  const fs::path whole = dir / "whole.mp4", pieces = dir / "pieces.mp4";
+  io::write_mp4(whole.string(), frames, audio);
+  {
+    io::Mp4Writer w(pieces.string(), 11, 32, 48, audio);
+    int64_t at = 0;
+    for (int64_t n : {1, 4, 0, 6}) {
+      w.add_frames(frames.slice(0, at, at + n));
+      at += n;
+    }
+    EXPECT_EQ(w.frames_written(), 11);
+    EXPECT_FALSE(fs::exists(pieces)) << "visible before finish()";
+    const io::Mp4Result r = w.finish();
+    EXPECT_EQ(r.frames, 11);
+  }
+  const std::vector<char> a = file_bytes(whole), b = file_bytes(pieces);
+  std::printf("whole %zu bytes, in pieces %zu bytes\n", a.size(), b.size());
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "streamed MP4 differs from the one-call MP4";
+
+  const fs::path abandoned = dir / "abandoned.mp4";
+  {
+    io::Mp4Writer w(abandoned.string(), 11, 32, 48, audio);
+    w.add_frames(frames.slice(0, 0, 5));
+    try {
+      w.add_frames(frames);  // 5 + 11 > 11
+      ADD_FAILURE() << "accepted more frames than announced";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      std::printf("  error: %s\n", e.what());
+    }
+    try {
+      w.finish();  // 5 of 11
+      ADD_FAILURE() << "finished with frames missing";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      std::printf("  error: %s\n", e.what());
+    }
+  }
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_EQ(entries(dir), 2u) << "an abandoned writer left a file behind";
+  fs::remove_all(dir);
+}
+
 #else
 
 TEST(Mp4Writer, UnsupportedWithoutFfmpeg) {

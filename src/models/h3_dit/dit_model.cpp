@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <set>
 
+#include "core/nvtx.h"
 #include "core/status.h"
+#include "models/h3_dit/dit_offload.h"
 #include "models/h3_dit/dit_tables.h"
 #include "ops/ops.h"
 
@@ -22,6 +24,14 @@ Tensor drop_batch(const Tensor& t, int rank, const char* what) {
   H3_CHECK(t.dim() == rank, ErrorCode::kInvalidArgument, "DiT input '", what, "' ", t.desc(),
            ": expected ", rank, " dimensions (or ", rank + 1, " with a batch of 1)");
   return t;
+}
+
+// Offload streams from host memory to a CUDA device; on the CPU it would be a silent no-op, which
+// hides a wrong command line, so it is refused.
+void check_offload_device(const DitOptions& o) {
+  H3_CHECK(!o.cpu_offload || o.device.is_cuda(), ErrorCode::kUnsupported,
+           "DiT option cpu_offload (--cpu-offload) needs a CUDA device; the model runs on ",
+           o.device.str(), ", where the weights already live in host memory");
 }
 
 Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
@@ -71,11 +81,12 @@ DitModel DitModel::load(const std::string& component_dir, const DitOptions& opti
 DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint& ckpt,
                                    const DitOptions& options) {
   config.validate(ckpt.source());
+  check_offload_device(options);
   DitModel m;
   m.config_ = config;
   m.options_ = options;
   m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
-  m.weights_ = load_dit_weights(config, ckpt, {options.device, m.act_});
+  m.weights_ = load_dit_weights(config, ckpt, {options.device, m.act_, options.cpu_offload});
   m.init_common();
   return m;
 }
@@ -83,6 +94,7 @@ DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint
 DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
                                 const DitOptions& options) {
   config.validate("DiT config");
+  check_offload_device(options);
   DitModel m;
   m.config_ = config;
   m.options_ = options;
@@ -91,6 +103,7 @@ DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
            ErrorCode::kInvalidArgument, "DiT weights have ", weights.blocks.size(),
            " blocks, the config has ", config.num_layers);
   m.weights_ = std::move(weights);
+  if (options.cpu_offload) pin_blocks(m.weights_.blocks, m.act_);
   m.init_common();
   return m;
 }
@@ -99,6 +112,9 @@ void DitModel::init_common() {
   ones_ = Tensor::from_f32(std::vector<float>(static_cast<size_t>(config_.hidden_size), 1.0f),
                            {config_.hidden_size}, act_)
               .to(options_.device);
+  if (options_.cpu_offload && !weights_.blocks.empty()) {
+    offload_ = std::make_shared<DitOffload>(weights_.blocks, options_.device);
+  }
   if (options_.attention != DitAttentionBackend::kVsa) return;
   // §5.1 knobs, checked once so that a bad value fails at load rather than mid-generation.
   const DitVsaOptions& v = options_.vsa;
@@ -116,6 +132,8 @@ void DitModel::init_common() {
   H3_CHECK(v.dense_first_steps >= 0, ErrorCode::kInvalidArgument, "VSA dense first steps ",
            v.dense_first_steps, ": expected >= 0");
 }
+
+uint64_t DitModel::offload_slot_bytes() const { return offload_ ? offload_->slot_bytes() : 0; }
 
 double DitModel::vsa_sparsity() const {
   const double s = options_.vsa.sparsity;
@@ -331,7 +349,23 @@ Tensor DitModel::run_block(int64_t block, const Tensor& x_in, const Tensor& temb
   H3_CHECK(block >= 0 && block < static_cast<int64_t>(weights_.blocks.size()),
            ErrorCode::kInvalidArgument, "DiT block ", block, ": the model has ",
            weights_.blocks.size(), " blocks");
-  const DitBlockWeights& b = weights_.blocks[static_cast<size_t>(block)];
+  if (!offload_) {
+    return run_block_with(weights_.blocks[static_cast<size_t>(block)], block, x_in, temb_act,
+                          adaln_rows, layout, step_index, trace);
+  }
+  // One block on its own: a pass of length one (no prefetch).
+  offload_->begin(block);
+  const DitBlockWeights w = offload_->acquire(block, /*prefetch_next=*/false);
+  Tensor y = run_block_with(w, block, x_in, temb_act, adaln_rows, layout, step_index, trace);
+  offload_->release(block);
+  return y;
+}
+
+Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const Tensor& x_in,
+                                const Tensor& temb_act, const Tensor& adaln_rows,
+                                const DitLayout& layout, int64_t step_index,
+                                DitTrace* trace) const {
+  H3_NVTX_RANGE("dit.block");
   const int64_t d = config_.hidden_size;
   const int64_t n_u = temb_act.size(0);
   const float eps = static_cast<float>(config_.norm_eps);
@@ -434,8 +468,19 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
   }
 
   if (trace) trace->vsa.clear();
-  for (int64_t i = 0; i < static_cast<int64_t>(weights_.blocks.size()); ++i) {
-    x = run_block(i, x, temb_act, adaln_rows, layout, step_index, trace);
+  const int64_t num_blocks = static_cast<int64_t>(weights_.blocks.size());
+  if (offload_) {
+    // Double-buffered pass (dit_offload.h): block i+1 is copied while block i computes.
+    offload_->begin(0);
+    for (int64_t i = 0; i < num_blocks; ++i) {
+      const DitBlockWeights w = offload_->acquire(i, /*prefetch_next=*/true);
+      x = run_block_with(w, i, x, temb_act, adaln_rows, layout, step_index, trace);
+      offload_->release(i);
+    }
+  } else {
+    for (int64_t i = 0; i < num_blocks; ++i) {
+      x = run_block(i, x, temb_act, adaln_rows, layout, step_index, trace);
+    }
   }
 
   // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "io/device_loader.h"
+#include "models/h3_dit/dit_offload.h"
 
 namespace h3::dit {
 namespace {
@@ -126,6 +127,11 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     H3_CHECK(dtype_is_float(info.dtype), ErrorCode::kInvalidFile, src, ": tensor '", s.name,
              "' has dtype ", dtype_name(info.dtype), ", expected a float type");
     const DType want = s.fp32_island ? DType::kF32 : policy.body_dtype;
+    if (policy.blocks_in_host_memory && s.name.rfind("transformer_blocks.", 0) == 0) {
+      // The mmap view, converted once by pin_blocks() below into the pinned buffer.
+      loaded.emplace(s.name, ckpt.tensor(s.name));
+      continue;
+    }
     if (policy.device.is_cuda()) {
       to_device.push_back({s.name, want});
       continue;
@@ -195,6 +201,8 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   w.audio_proj_out_w = take("audio_proj_out.weight");
   w.audio_proj_out_b = take("audio_proj_out.bias");
   w.has_vsa_gates = gates_present > 0;
+  // The blocks' mmap views are replaced by pinned copies (the views go with `loaded`).
+  if (policy.blocks_in_host_memory) pin_blocks(w.blocks, policy.body_dtype);
   return w;
 }
 

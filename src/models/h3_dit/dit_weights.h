@@ -66,6 +66,9 @@ struct DitWeights {
 struct DitWeightPolicy {
   Device device = Device::cpu();
   DType body_dtype = DType::kBF16;
+  // --cpu-offload (issue #6, dit_offload.h): the main blocks go to pinned host memory in
+  // body_dtype, read from the checkpoint's mmap straight into it; the rest goes to `device`.
+  bool blocks_in_host_memory = false;
 };
 
 // Loads every tensor the config implies from `ckpt`. Errors (h3::Error) name the tensor and the

@@ -6,6 +6,8 @@
 
 #include "core/cuda_stream.h"
 #include "core/status.h"
+#include "models/video_vae/video_vae_assembly.h"
+#include "ops/cuda/vae_assemble.h"
 #include "ops/ops.h"
 
 namespace h3::video_vae {
@@ -63,6 +65,18 @@ DecoderRope decoder_rope(const VideoVaeConfig& c, int64_t t, int64_t h, int64_t 
 }
 
 namespace {
+
+// The LayerScale residual x + scale * float(branch) (§2.6): on CUDA one kernel with the same two
+// float32 roundings (ops/cuda/vae_assemble.h), saving the widened branch and the product passes;
+// H3_VAE_FUSED_RESIDUAL=0 or the CPU take the op composition.
+Tensor layerscale_residual(const Tensor& x, const Tensor& branch, const Tensor& scale) {
+  if (x.device().is_cuda() && fused_residual_enabled() && x.dim() == 2 && x.dtype() == DType::kF32 &&
+      x.is_contiguous() && branch.is_contiguous() && branch.shape() == x.shape() &&
+      scale.dtype() == DType::kF32 && scale.is_contiguous()) {
+    return ops::cuda::vae_layerscale_residual(x, branch, scale);
+  }
+  return ops::add(x, ops::mul(as_dtype(branch, DType::kF32), scale));
+}
 
 // Accumulates wall time into a DecoderProfile field at each lap; synchronizes the device first so
 // the time belongs to the stage that queued the work. A no-op without a profile.
@@ -169,7 +183,7 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
     clock.lap(&DecoderProfile::attention_s);
     const Tensor attn = ops::linear(o, b.out_w, &b.out_b);
     clock.lap(&DecoderProfile::gemm_s);
-    x = ops::add(x, ops::mul(as_dtype(attn, DType::kF32), b.scale1));
+    x = layerscale_residual(x, attn, b.scale1);
     clock.lap(&DecoderProfile::other_s);
     // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
     const Tensor n2 = as_dtype(ops::rms_norm(x, &b.norm2, eps), gd);
@@ -180,7 +194,7 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
     clock.lap(&DecoderProfile::other_s);
     const Tensor ff = ops::linear(act, b.ff_out_w, &b.ff_out_b);
     clock.lap(&DecoderProfile::gemm_s);
-    x = ops::add(x, ops::mul(as_dtype(ff, DType::kF32), b.scale2));
+    x = layerscale_residual(x, ff, b.scale2);
     clock.lap(&DecoderProfile::other_s);
   }
 

@@ -7,6 +7,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/status.h"
+#include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_encoder.h"
 #include "ops/ops.h"
@@ -272,12 +273,112 @@ void check_decode_latents(const Tensor& z, const VideoVaeConfig& c) {
            "video VAE decode: expected float latents, got ", z.desc());
 }
 
+// Where window i's frames go in the fused assembly (video_vae_assembly.h), with the previous
+// window's carried tail [prev0, prev0 + prev_len) of `prev` (§2.8).
+struct WindowTail {
+  Tensor prev;
+  int64_t prev_len = 0;
+};
+
+// The frames window `clip` contributes before its tail: at most main_frames from `pre` on (as the
+// reference's slice), and the blend of their first ones with the previous tail (as blend()).
+struct WindowMain {
+  int64_t frames = 0;  // frames kept from the window
+  int64_t blended = 0;  // E of blend(): min(tail, frames, frame_overlap)
+};
+
+WindowMain window_main(const Tensor& clip, const WindowTail& tail, const TemporalPlan& plan,
+                       const VideoVaeConfig& c) {
+  WindowMain w;
+  w.frames = std::clamp<int64_t>(clip.size(1) - c.frame_pre_padding(), 0, plan.main_frames);
+  if (tail.prev.defined()) w.blended = std::min({tail.prev_len, w.frames, c.frame_overlap()});
+  return w;
+}
+
+// Writes the first n (<= w.frames) of the window's main frames into out[:, dst0...], blended.
+void assemble_main(const Tensor& out, int64_t dst0, const Tensor& clip, int64_t n, const WindowMain& w,
+                   const WindowTail& tail, const VideoVaeConfig& c) {
+  if (n <= 0) return;
+  std::vector<float> wa, wb;
+  blend_weights(w.blended, clip.dtype(), &wa, &wb);
+  // Weights depend on the whole extent E; frames past n are cut afterwards anyway.
+  if (static_cast<int64_t>(wa.size()) > n) {
+    wa.resize(static_cast<size_t>(n));
+    wb.resize(static_cast<size_t>(n));
+  }
+  assemble_frames(out, dst0, clip, c.frame_pre_padding(), n, w.blended > 0 ? &tail.prev : nullptr,
+                  tail.prev_len - w.blended, wa, wb);
+}
+
+// The tail window `clip` carries to the next one (a contiguous copy: the whole window need not be
+// kept alive while the next decodes).
+WindowTail carried_tail(const Tensor& clip, const TemporalPlan& plan, const VideoVaeConfig& c) {
+  WindowTail t;
+  if (c.token_drop <= 0) return t;
+  const int64_t chunk_frames = c.tokens_chunk_size() * c.temporal_ratio();
+  const int64_t o0 = std::min(clip.size(1), chunk_frames + c.frame_pre_padding());
+  const int64_t len = std::min(plan.overlap_frames, clip.size(1) - o0);
+  t.prev = contiguous_on_device(clip.slice(1, o0, o0 + len));
+  t.prev_len = len;
+  return t;
+}
+
 }  // namespace
+
+Tensor VideoVae::decode_assembled(const Tensor& z, VideoDecodeProfile* profile) const {
+  const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
+  const int64_t chunk = config_.tokens_chunk_size();
+  double* temporal = profile ? &profile->temporal_s : nullptr;
+  // [B, 3, F, H, W], allocated once the first window gives H and W. On CUDA it is held in the
+  // windows' dtype (half the memory under the float16 autocast while the decoder runs) and widened
+  // exactly at the end; the CPU assembly writes float32 directly.
+  Tensor video;
+  for (int64_t bi = 0; bi < z.size(0); ++bi) {
+    Tensor zi = z.select(0, bi).to(options_.device);
+    if (zi.dtype() != DType::kF32) zi = ops::cast(zi, DType::kF32);
+    zi = pad_by_repeating_last(contiguous_on_device(zi), 1, plan.pad_tokens);
+    WindowTail tail;
+    int64_t at = 0;
+    for (int64_t i = 0; i < plan.num_chunks; ++i) {
+      const int64_t start = i * chunk;
+      const Tensor window = contiguous_on_device(zi.slice(1, start, start + plan.window_tokens));
+      const Tensor clip = contiguous_on_device(decode_clip(window, profile));
+      ScopedSeconds timing(temporal, options_.device);
+      if (profile) ++profile->windows;
+      if (!video.defined()) {
+        video = Tensor::empty({z.size(0), clip.size(0), plan.output_frames, clip.size(2), clip.size(3)},
+                              clip.device().is_cuda() ? clip.dtype() : DType::kF32, clip.device());
+      }
+      const Tensor item = video.select(0, bi);
+      H3_CHECK(item.size(0) == clip.size(0) && item.size(2) == clip.size(2) && item.size(3) == clip.size(3),
+               ErrorCode::kInternal, "video VAE decode: window ", clip.desc(), " does not fit the video ",
+               video.desc());
+      const WindowMain w = window_main(clip, tail, plan, config_);
+      assemble_main(item, at, clip, std::clamp<int64_t>(plan.output_frames - at, 0, w.frames), w, tail,
+                    config_);
+      at += w.frames;
+      tail = carried_tail(clip, plan, config_);
+    }
+    ScopedSeconds timing(temporal, options_.device);
+    if (tail.prev_len > 0) {
+      const int64_t n = std::clamp<int64_t>(plan.output_frames - at, 0, tail.prev_len);
+      if (n > 0) assemble_frames(video.select(0, bi), at, tail.prev, 0, n, nullptr, 0, {}, {});
+      at += tail.prev_len;
+    }
+    H3_CHECK(at >= plan.output_frames, ErrorCode::kInternal, "video VAE decode: the windows gave ", at,
+             " frames, the plan expects ", plan.output_frames);
+  }
+  if (!video.defined() || video.dtype() == DType::kF32) return video;
+  ScopedSeconds timing(temporal, options_.device);
+  return ops::cast(video, DType::kF32);
+}
 
 Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile) const {
   check_decode_latents(z, config_);
   const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
   const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
+  // H3_VAE_FUSED_ASSEMBLY=0 restores the op composition below (video_vae_assembly.h).
+  if (fused_assembly_enabled()) return decode_assembled(z, profile);
   const int64_t chunk_frames = chunk * config_.temporal_ratio();
   double* temporal = profile ? &profile->temporal_s : nullptr;
   std::vector<Tensor> items;
@@ -324,6 +425,39 @@ void VideoVae::decode_streaming(const Tensor& z, const FrameSink& sink, VideoDec
     if (zi.dtype() != DType::kF32) zi = ops::cast(zi, DType::kF32);
     zi = pad_by_repeating_last(contiguous_on_device(zi), 1, plan.pad_tokens);
     int64_t emitted = 0;
+    if (fused_assembly_enabled()) {
+      // Each piece is assembled straight into a float32 tensor (video_vae_assembly.h).
+      WindowTail tail;
+      for (int64_t i = 0; i < plan.num_chunks; ++i) {
+        const int64_t start = i * chunk;
+        const Tensor window = contiguous_on_device(zi.slice(1, start, start + plan.window_tokens));
+        const Tensor clip = contiguous_on_device(decode_clip(window, profile));
+        Tensor piece;
+        {
+          ScopedSeconds timing(temporal, options_.device);
+          if (profile) ++profile->windows;
+          const WindowMain w = window_main(clip, tail, plan, config_);
+          const int64_t n = std::min(w.frames, plan.output_frames - emitted);
+          if (n > 0) {
+            piece = Tensor::empty({clip.size(0), n, clip.size(2), clip.size(3)}, DType::kF32, clip.device());
+            assemble_main(piece, 0, clip, n, w, tail, config_);
+          }
+          tail = carried_tail(clip, plan, config_);
+        }
+        if (piece.defined()) {
+          sink(bi, emitted, piece);
+          emitted += piece.size(1);
+        }
+      }
+      const int64_t n = std::min(tail.prev_len, plan.output_frames - emitted);
+      if (n > 0) {
+        Tensor piece = Tensor::empty({tail.prev.size(0), n, tail.prev.size(2), tail.prev.size(3)}, DType::kF32,
+                                     tail.prev.device());
+        assemble_frames(piece, 0, tail.prev, 0, n, nullptr, 0, {}, {});
+        sink(bi, emitted, piece);
+      }
+      continue;
+    }
     // Hands out the part of `piece` before the output length (the padded tail is cut, §2.8).
     auto emit = [&](const Tensor& piece) {
       const int64_t n = std::min(piece.size(1), plan.output_frames - emitted);

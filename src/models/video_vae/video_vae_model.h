@@ -115,6 +115,9 @@ class VideoVae {
 
  private:
   VideoVae() = default;
+  // decode() with each window written, blended, straight into the preallocated float32 video
+  // (video_vae_assembly.h; H3_VAE_FUSED_ASSEMBLY=0 takes the op composition instead).
+  Tensor decode_assembled(const Tensor& z, VideoDecodeProfile* profile) const;
   VideoVaeConfig config_;
   VideoVaeOptions options_;
   VideoVaeWeights weights_;
@@ -128,6 +131,9 @@ Tensor normalize_pixels(const Tensor& pixels);
 Tensor denormalize_pixels(const Tensor& decoded);
 // [B, 3, F, H, W] in [0, 1] -> uint8 frames [B, F, H, W, 3] = round(x*255) (half to even, as torch).
 Tensor frames_to_uint8(const Tensor& pixels01);
+// frames_to_uint8(denormalize_pixels(decoded)), bit for bit, as uint8 frames on the host; CUDA input
+// is converted on the device and only the bytes are copied (H3_VAE_DEVICE_UINT8=0: on the host).
+Tensor decoded_to_uint8(const Tensor& decoded);
 
 struct Posterior {
   Tensor mean;    // [B, latent, T, h, w] float32

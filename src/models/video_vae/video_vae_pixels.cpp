@@ -5,7 +5,10 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_model.h"
+#include "ops/cuda/vae_assemble.h"
+#include "ops/ops.h"
 
 namespace h3::video_vae {
 namespace {
@@ -86,6 +89,15 @@ Tensor frames_to_uint8(const Tensor& pixels01) {
     }
   }
   return out;
+}
+
+Tensor decoded_to_uint8(const Tensor& decoded) {
+  check_rgb(decoded, "decoded_to_uint8");
+  if (decoded.device().is_cuda() && device_uint8_enabled() && dtype_is_float(decoded.dtype())) {
+    const Tensor src = decoded.is_contiguous() ? decoded : ops::copy(decoded);
+    return ops::cuda::vae_frames_to_uint8(src, kPixelMean, kPixelStd).to(Device::cpu());
+  }
+  return frames_to_uint8(denormalize_pixels(decoded));
 }
 
 Posterior posterior_from_moments(const Tensor& moments) {

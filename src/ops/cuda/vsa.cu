@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(256) vsa_scores_kernel(const float* qp, const 
 // tile (§5.4); a video query tile keeps its k highest-scoring candidates (exempt: video key tiles
 // only, prefix keys added; compete: all tiles, k = k_vid + P).
 __global__ void __launch_bounds__(256) vsa_topk_kernel(const float* scores, int n, int P, int k_vid, int compete,
-                                                       int np, uint8_t* mask, int* lists, int* counts) {
+                                                       int np, int sort, uint8_t* mask, int* lists, int* counts) {
   extern __shared__ unsigned long long keys[];
   uint8_t* flag = reinterpret_cast<uint8_t*>(keys + np);
   const int i = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -145,22 +147,74 @@ __global__ void __launch_bounds__(256) vsa_topk_kernel(const float* scores, int 
   }
   for (int j = tid; j < n; j += blockDim.x) flag[j] = 0;
   __syncthreads();
-  for (int size = 2; size <= np; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int t = tid; t < np / 2; t += blockDim.x) {
-        const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
-        const unsigned long long a = keys[lo], b = keys[hi];
-        const bool desc = (lo & size) == 0;
-        if (desc ? a < b : a > b) {
-          keys[lo] = b;
-          keys[hi] = a;
+  if (!sort) {
+    // Radix select (the default): the keys are distinct (the index is part of them), so the k
+    // highest are exactly those >= the k-th highest, T. T is found a byte at a time from the top:
+    // a histogram of the next byte over the keys that match the bytes found so far, then the
+    // byte where the running count from the top reaches the rank still sought. Same set as the
+    // sort below (H3_VSA_TOPK=sort), in 24 barriers instead of one per bitonic pass (55 at 1024).
+    __shared__ unsigned int hist[256];
+    __shared__ unsigned long long s_prefix;
+    __shared__ int s_rank;
+    const int rank0 = min(k, n - first);
+    if (rank0 > 0) {  // uniform: every thread computes the same value
+      unsigned long long prefix = 0, known = 0;
+      int rank = rank0;  // the rank of T among the keys that match `prefix` on the `known` bits
+      for (int shift = 56; shift >= 0; shift -= 8) {
+        hist[tid] = 0u;  // blockDim.x == 256
+        __syncthreads();
+        for (int j = first + tid; j < n; j += blockDim.x) {
+          const unsigned long long key = keys[j];
+          if ((key & known) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
         }
+        __syncthreads();
+        if (tid < 32) {  // lane l holds bins [8 l, 8 l + 8); count from the top bin down
+          unsigned int total = 0;
+#pragma unroll
+          for (int b = 0; b < 8; ++b) total += hist[8 * tid + b];
+          unsigned int incl = total;  // sum over lanes >= tid
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const unsigned int other = __shfl_down_sync(0xffffffffu, incl, off);
+            if (tid + off < 32) incl += other;
+          }
+          unsigned int above = incl - total;  // keys in higher bins
+          for (int b = 7; b >= 0; --b) {
+            const unsigned int h = hist[8 * tid + b];
+            if (above < static_cast<unsigned int>(rank) && static_cast<unsigned int>(rank) <= above + h) {
+              s_prefix = prefix | (static_cast<unsigned long long>(8 * tid + b) << shift);
+              s_rank = rank - static_cast<int>(above);
+            }
+            above += h;
+          }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        rank = s_rank;
+        known |= 0xFFull << shift;
       }
-      __syncthreads();
+      for (int j = first + tid; j < n; j += blockDim.x) {
+        if (keys[j] >= prefix) flag[j] = 1;
+      }
     }
-  }
-  for (int r = tid; r < k; r += blockDim.x) {
-    flag[0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFull)] = 1;
+  } else {
+    for (int size = 2; size <= np; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int t = tid; t < np / 2; t += blockDim.x) {
+          const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+          const unsigned long long a = keys[lo], b = keys[hi];
+          const bool desc = (lo & size) == 0;
+          if (desc ? a < b : a > b) {
+            keys[lo] = b;
+            keys[hi] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    for (int r = tid; r < k; r += blockDim.x) {
+      flag[0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFull)] = 1;
+    }
   }
   if (!compete) {
     for (int j = tid; j < P; j += blockDim.x) flag[j] = 1;
@@ -644,11 +698,14 @@ Tensor vsa_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
     lists = Tensor::empty({H, n, n}, DType::kI32, dev);
     counts = Tensor::empty({H, n}, DType::kI32, dev);
     const size_t tk_smem = static_cast<size_t>(np) * 8 + static_cast<size_t>(n);
+    // H3_VSA_TOPK=sort: the bitonic sort instead of the radix select (same mask; for comparison).
+    const char* topk_env = std::getenv("H3_VSA_TOPK");
+    const bool topk_sort = topk_env && std::strcmp(topk_env, "sort") == 0;
     H3_CUDA_CHECK(cudaFuncSetAttribute(vsa_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(tk_smem)));
     vsa_topk_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(H)), 256, tk_smem, current_stream()>>>(
         static_cast<const float*>(scores.raw()), static_cast<int>(n), static_cast<int>(P), static_cast<int>(k_vid),
-        opt.mode == VsaMode::kCompete ? 1 : 0, np, static_cast<uint8_t*>(mask.raw()),
+        opt.mode == VsaMode::kCompete ? 1 : 0, np, topk_sort ? 1 : 0, static_cast<uint8_t*>(mask.raw()),
         static_cast<int*>(lists.raw()), static_cast<int*>(counts.raw()));
     check_launch("vsa_topk");
   }

@@ -3,9 +3,10 @@
 // descriptors, the P V chain).
 //
 // Shape of one CTA (384 threads = 3 warpgroups, one CTA per SM):
-// - warpgroups 1 and 2 are consumers; each owns one job, (head, 64-row query block), in the same
-//   order as the mma.sync fine kernel's grid (head fastest), so a CTA takes two heads of the same
-//   query block. Two jobs have two different key tile lists, so each consumer has its own ring of
+// - warpgroups 1 and 2 are consumers; each owns one job, (head, 64-row query block), query block
+//   fastest, so a CTA takes two neighbouring query blocks of one head and the CTAs in flight share
+//   that head's K and V in L2 (H3_VSA_HOPPER_ORDER=head restores the mma.sync grid's order, head
+//   fastest). Two jobs have two different key tile lists, so each consumer has its own ring of
 //   64-key stages (K and V, 3 stages) and its own Q buffer.
 // - warpgroup 0 is the producer: warp c serves consumer c. Lane 0 issues the bulk tensor copies
 //   (128-byte swizzle) of the job's Q block once, then of the listed key tiles in list order, one
@@ -60,6 +61,7 @@ struct VsaKernelArgs {
   void* fine;
   int heads, n, E, sub;  // sub: 64-row query blocks per tile
   int64_t jobs;          // heads * n * sub
+  int head_fastest;      // job order: 1 head fastest (H3_VSA_HOPPER_ORDER=head), 0 query block fastest
   const int* starts;
   const int* sizes;
   const int* part;
@@ -121,8 +123,15 @@ struct Job {
 __device__ __forceinline__ bool job_of(const VsaKernelArgs& a, int c, Job& job) {
   const int64_t id = static_cast<int64_t>(blockIdx.x) * kVsaConsumers + c;
   if (id >= a.jobs) return false;
-  job.head = static_cast<int>(id % a.heads);
-  const int qb = static_cast<int>(id / a.heads);
+  int qb;
+  if (a.head_fastest) {
+    job.head = static_cast<int>(id % a.heads);
+    qb = static_cast<int>(id / a.heads);
+  } else {
+    const int64_t per_head = static_cast<int64_t>(a.n) * a.sub;
+    job.head = static_cast<int>(id / per_head);
+    qb = static_cast<int>(id % per_head);
+  }
   job.tile = qb / a.sub;
   job.q_local = (qb % a.sub) * kVsaRows;
   job.q_rows = min(kVsaRows, a.sizes[job.tile] - job.q_local);
@@ -489,6 +498,13 @@ void vsa_hopper_fine(const VsaHopperParams& p, cudaStream_t stream) {
   a.E = p.E;
   a.sub = p.E / kVsaRows;
   a.jobs = static_cast<int64_t>(p.heads) * p.n * a.sub;
+  // Query block fastest by default: the CTAs in flight then work on one head (two at a head
+  // boundary), whose K and V (n E rows x 2 x 256 bytes, about 19 MiB at the production shape) stay
+  // in L2 while every query block of the head reads its listed tiles. Head fastest spreads the
+  // CTAs in flight over all heads, so each listed tile comes from HBM again for nearly every job,
+  // and the kernel is bound by HBM bandwidth (issue #7).
+  const char* order = std::getenv("H3_VSA_HOPPER_ORDER");
+  a.head_fastest = order && std::strcmp(order, "head") == 0 ? 1 : 0;
   a.starts = p.starts;
   a.sizes = p.sizes;
   a.part = p.part;
