@@ -132,8 +132,11 @@ void* cuda_host_alloc(size_t bytes) {
   const cudaError_t err = cudaMallocHost(&p, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    fail(ErrorCode::kOutOfMemory, "cannot allocate ", bytes, " bytes of pinned host memory: ",
-         cudaGetErrorString(err));
+    // No GPU or no driver is not a memory shortage: a CUDA build on a machine without a GPU.
+    const bool no_cuda = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
+                         err == cudaErrorInitializationError;
+    fail(no_cuda ? ErrorCode::kUnsupported : ErrorCode::kOutOfMemory, "cannot allocate ", bytes,
+         " bytes of pinned host memory: ", cudaGetErrorString(err));
   }
   return p;
 }
