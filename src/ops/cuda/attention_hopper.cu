@@ -16,8 +16,9 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
-// 1: compute capability 9.0 and the kernel body was compiled for sm_90a; 0: not usable.
-bool device_supported(int device) {
+}  // namespace
+
+bool hopper_kernels_available(int device) {
   static std::once_flag once[kMaxDevices];
   static int ok[kMaxDevices] = {};
   if (device < 0 || device >= kMaxDevices) return false;
@@ -44,6 +45,8 @@ bool device_supported(int device) {
   return ok[device] == 1;
 }
 
+namespace {
+
 bool strides_fit(const Tensor& t) {
   return hopper::strides_ok(t.raw(), t.stride(0), t.stride(1)) && t.stride(2) == 1;
 }
@@ -60,7 +63,7 @@ bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v
   if (!strides_fit(q) || !strides_fit(k) || !strides_fit(v)) return false;
   // A tensor map needs every dimension non-empty; the caller handles an empty q.
   if (k.size(0) == 0 || k.size(1) == 0 || q.size(0) == 0) return false;
-  return device_supported(q.device().index);
+  return hopper_kernels_available(q.device().index);
 }
 
 void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,

@@ -10,6 +10,11 @@
 
 namespace h3::ops::cuda {
 
+// True on a compute capability 9.0 device when this build holds the sm_90a kernel bodies (a probe
+// kernel runs once per device). Every Hopper kernel of the library (attention, VSA) is built with
+// the same flags, so this one answer serves them all.
+bool hopper_kernels_available(int device);
+
 // Whether the Hopper kernel takes these inputs: a compute capability 9.0 device with the sm_90a
 // kernel built in, bf16/f16 q/k/v of one dtype, head dim 128, dense last dim, row and head strides
 // in multiples of 8 elements on 16-byte aligned data, no mask, not causal, and H3_ATTN_HOPPER not

@@ -26,10 +26,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <tuple>
 
 #include "core/status.h"
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/attention_hopper_kernel.cuh"
 #include "ops/cuda/cuda_util.h"
 
@@ -392,15 +392,6 @@ __global__ void __launch_bounds__(kVsaThreads, 1)
 #endif
 }
 
-// 1 when this build holds the sm_90a body of the kernel.
-__global__ void vsa_hopper_probe(int* out) {
-#ifdef H3_HOPPER_ATTN_DEVICE
-  *out = 1;
-#else
-  *out = 0;
-#endif
-}
-
 // grid (n, 3: q/k/v), block 256: zeroes rows [size, E) of each tile of the tiled buffers.
 __global__ void vsa_zero_pads_kernel(uint4* tq, uint4* tk, uint4* tv, const int* sizes, int E, int64_t row_chunks) {
   const int t = blockIdx.x;
@@ -430,35 +421,6 @@ __global__ void vsa_block_counts_kernel(const int* lists, const int* counts, con
   if (lane == 0) blocks[row] = total;
 }
 
-constexpr int kMaxDevices = 64;
-
-bool device_has_kernel(int device) {
-  static std::once_flag once[kMaxDevices];
-  static int ok[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return false;
-  std::call_once(once[device], [device] {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-        major != 9 || minor != 0) {
-      return;
-    }
-    int prev = 0;
-    H3_CUDA_CHECK(cudaGetDevice(&prev));
-    H3_CUDA_CHECK(cudaSetDevice(device));
-    int* flag = nullptr;
-    int host = 0;
-    H3_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-    vsa_hopper_probe<<<1, 1>>>(flag);
-    const cudaError_t launched = cudaGetLastError();
-    if (launched == cudaSuccess) H3_CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
-    H3_CUDA_CHECK(cudaFree(flag));
-    H3_CUDA_CHECK(cudaSetDevice(prev));
-    ok[device] = launched == cudaSuccess && host == 1;
-  });
-  return ok[device] == 1;
-}
-
 }  // namespace
 
 bool vsa_hopper_eligible(int device, int64_t head_dim, int tile_size, int64_t tiled_rows, int64_t heads) {
@@ -467,7 +429,8 @@ bool vsa_hopper_eligible(int device, int64_t head_dim, int tile_size, int64_t ti
   if (head_dim != hp::kHeadDim || (tile_size != 64 && tile_size != 256)) return false;
   // Tensor map coordinates are 32-bit; heads * 128 elements per row must fit its stride field.
   if (tiled_rows <= 0 || tiled_rows >= (1LL << 31) || heads <= 0 || heads > 65535) return false;
-  return device_has_kernel(device);
+  // Same library, same sm_90a build: the dense kernel's probe answers for this one too.
+  return hopper_kernels_available(device);
 }
 
 void vsa_hopper_fine(const VsaHopperParams& p, cudaStream_t stream) {
