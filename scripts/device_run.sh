@@ -5,7 +5,10 @@
 #   2. the attention benchmark (H3_BENCH_ATTENTION=1, H3_BENCH_CHECK=1);
 #   3. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over two small
 #      gpu tests that use shared memory (when compute-sanitizer is installed).
-#   4. the model benchmarks (`h3 bench dit|vae|vsa`) and the load benchmark (`h3 bench load`).
+#   4. the model benchmarks (`h3 bench dit|vae|vsa`) and the load benchmark (`h3 bench load`);
+#   5. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
+#      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
+#      fine kernel.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,6 +74,43 @@ if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
     grep -E "whole op|fine branch|top-k" "$out/bench_vsa_old_order.log" | sed 's/^/ORDER=head TOPK=sort /' >>"$summary"
     run bench_vsa_256 120 "$bin/h3" bench vsa --tile 256
     grep -E "whole op|fine branch" "$out/bench_vsa_256.log" | sed 's/^/tile 256 /' >>"$summary"
+  fi
+fi
+# VSA variants at the production geometry (fine-branch studies): H3_VSA_ENVS lists extra
+# environment settings to compare, each "NAME=VALUE[,NAME=VALUE]" (default none).
+if [[ " $steps " == *" vsa "* ]] && [ -x "$bin/h3" ]; then
+  if [[ " $steps " != *" tests "* ]]; then
+    [ -x "$bin/h3_backend_ops" ] && run ops_vsa 90 "$bin/h3_backend_ops" --gtest_filter='*vsa*:*Vsa*'
+    [ -x "$bin/h3_gpu_tests" ] && run gpu_vsa 120 "$bin/h3_gpu_tests" --gtest_filter='*Vsa*'
+  fi
+  run vsa_64 120 "$bin/h3" bench vsa
+  cat "$out/vsa_64.log" >>"$summary"
+  run vsa_256 120 "$bin/h3" bench vsa --tile 256 --no-dense
+  grep -E "whole op|fine branch" "$out/vsa_256.log" | sed 's/^/tile 256: /' >>"$summary"
+  i=0
+  for e in ${H3_VSA_ENVS:-}; do
+    i=$((i + 1))
+    for t in 64 256; do
+      env ${e//,/ } "$bin/h3" bench vsa --tile $t --no-dense >"$out/vsa_env$i-$t.log" 2>&1
+      grep -E "whole op|fine branch" "$out/vsa_env$i-$t.log" | sed "s/^/tile $t $e: /" | tee -a "$summary"
+    done
+  done
+fi
+# A Nsight Compute profile of the VSA fine kernel at the production shape (H3_NCU=1, when ncu is
+# installed): pipe utilization, shared-memory traffic and warp stall reasons.
+if [[ " $steps " == *" vsa "* ]] && [ "${H3_NCU:-0}" = 1 ]; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu_bin" ]; then
+    for t in 64 256; do
+      timeout 300 "$ncu_bin" --kernel-name regex:vsa_hopper --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio" \
+        "$bin/h3" bench vsa --tile $t --iters 1 --warmup 0 --no-dense >"$out/ncu_$t.log" 2>&1
+      note "ncu tile $t: rc=$? ($(wc -l <"$out/ncu_$t.log") lines)"
+    done
+  else
+    note "ncu: not installed here"
   fi
 fi
 # Weight loading: a synthetic DiT-width file of 12+ GB, cold and warm (H3_LOAD_FILE to reuse one).

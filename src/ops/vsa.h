@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct VsaGeometry {
   std::vector<int64_t> tile_sizes;        // [P + V] valid rows per tile (variable_block_sizes)
   std::vector<int64_t> untile_index;      // [S] padded slot of each packed row
   std::vector<int64_t> partition_rows;    // [S] packed row of each valid slot, in tile order
+  // Device copies of the index arrays, made by a GPU backend on first use and shared by copies of
+  // this geometry, so that the layers and steps of a request do not upload them again (an upload
+  // from pageable memory waits for the device to drain). The backend keeps the host arrays it
+  // uploaded and compares them on every call, so changing the vectors above stays safe.
+  mutable std::shared_ptr<void> device_cache;
 
   int64_t num_tiles() const { return num_prefix_tiles + num_video_tiles; }
   int64_t padded_length() const { return num_tiles() * tile_size; }

@@ -39,6 +39,23 @@ h3::ops::VsaGeometry geometry_of(const VsaShape& s) {
 
 std::string sparsity_tag(double sp) { return "sp" + std::to_string(static_cast<int>(std::lround(sp * 100))); }
 
+// Random q, k, v (v within +-v_max) and gate in [0, 2] of a shape, drawn in that order, on the first
+// CUDA device.
+struct VsaInputs {
+  Tensor q, k, v, g;
+};
+VsaInputs cuda_inputs(const VsaShape& s, DType t, uint64_t seed, float v_max = 1.0f) {
+  Rng r(seed);
+  const Shape shape = {rows_of(s), s.heads, s.d};
+  const Device dev = Device::cuda(0);
+  VsaInputs in;
+  in.q = r.uniform_tensor(shape, t).to(dev);
+  in.k = r.uniform_tensor(shape, t).to(dev);
+  in.v = r.uniform_tensor(shape, t, -v_max, v_max).to(dev);
+  in.g = r.uniform_tensor(shape, t, 0.0f, 2.0f).to(dev);
+  return in;
+}
+
 // What a case returns: the attention output, the block mask, or the coarse scores.
 enum class VsaOutput { kOut, kMask, kScores };
 
@@ -123,12 +140,7 @@ TEST(VsaCuda, SparsityZeroEqualsDenseAttention) {
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (const VsaShape& s : shapes) {
       SCOPED_TRACE(s.tag + " " + dtype_tag(t));
-      Rng r(1234);
-      const int64_t S = rows_of(s);
-      const Device dev = Device::cuda(0);
-      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t, -0.25f, 0.25f).to(dev);
+      const auto [q, k, v, g] = cuda_inputs(s, t, 1234, 0.25f);
       h3::ops::VsaOptions opt;  // sparsity 0, no gate
       const Tensor sparse = h3::ops::vsa_attention(q, k, v, nullptr, geometry_of(s), opt);
       const Tensor dense = h3::ops::attention(q, k, v);
@@ -142,9 +154,11 @@ TEST(VsaCuda, SparsityZeroEqualsDenseAttention) {
 }
 
 // The Hopper fine kernel (wgmma + TMA, default on sm_90a) against the mma.sync one (H3_VSA_HOPPER=0)
-// on the same inputs: both compute the same rounding points, so they differ only by the order of
-// float32 sums and the block grouping of the online softmax, a few units of the last bf16/f16 place
-// at most. Ragged tiles of 64 and 256 rows, gate on (the fused combine) and off.
+// on the same inputs: both run the reference kernel's recurrence block for block (a running max, a
+// rounding of P and a rescale per 64-key block, the same float32 row sums), with the same k-order in
+// every tensor-core dot product, so the outputs must be identical; a difference means one of them
+// left the reference's rounding points. Ragged tiles of 64 and 256 rows, gate on (the fused
+// combine) and off.
 TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
   const VsaShape shapes[] = {{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128},
@@ -156,13 +170,7 @@ TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
     for (const VsaShape& s : shapes) {
       for (bool gate : {false, true}) {
         SCOPED_TRACE(s.tag + " t" + std::to_string(s.tile) + " " + dtype_tag(t) + (gate ? " gate" : ""));
-        Rng r(99);
-        const int64_t S = rows_of(s);
-        const Device dev = Device::cuda(0);
-        const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-        const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-        const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-        const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+        const auto [q, k, v, g] = cuda_inputs(s, t, 99);
         h3::ops::VsaOptions opt;
         opt.sparsity = 0.75;
         const h3::ops::VsaGeometry geo = geometry_of(s);
@@ -176,11 +184,10 @@ TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
         any_hopper = any_hopper || st.fine_hopper;
         const Metrics m = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
         std::printf("[vsa cuda] %s t%d %s%s fine kernel %s vs mma.sync: rel_l2=%.3e max_abs=%.3e "
-                    "(bounds 4e-3, 1.6e-2)\n",
+                    "(bound: equal)\n",
                     s.tag.c_str(), s.tile, dtype_tag(t).c_str(), gate ? " gate" : "",
                     st.fine_hopper ? "hopper" : "mma.sync", m.rel_l2, m.max_abs);
-        EXPECT_LE(m.rel_l2, 4e-3);
-        EXPECT_LE(m.max_abs, 1.6e-2);
+        EXPECT_EQ(m.max_abs, 0.0);
         EXPECT_EQ(m.nonfinite, 0);
       }
     }
@@ -206,14 +213,7 @@ TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
   for (const VsaShape& s : shapes) {
     for (bool gate : {false, true}) {
       SCOPED_TRACE(s.tag + " t" + std::to_string(s.tile) + (gate ? " gate" : ""));
-      Rng r(7);
-      const int64_t S = rows_of(s);
-      const Device dev = Device::cuda(0);
-      const DType t = DType::kBF16;
-      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+      const auto [q, k, v, g] = cuda_inputs(s, DType::kBF16, 7);
       h3::ops::VsaOptions opt;
       opt.sparsity = 0.75;
       const h3::ops::VsaGeometry geo = geometry_of(s);
@@ -238,9 +238,10 @@ TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
   if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
 }
 
-// The top-k stage's radix select (default) and bitonic sort (H3_VSA_TOPK=sort) pick the same key
-// tiles: the masks must be equal and so, bit for bit, the outputs. Random scores with many near
-// ties at sparsities 0.5 and 0.9, both modes (exempt adds the prefix tiles, compete ranks them).
+// The top-k stage's radix select, a warp per row (default) or a block per row (H3_VSA_TOPK=block),
+// and the bitonic sort (H3_VSA_TOPK=sort) pick the same key tiles: the masks must be equal and so,
+// bit for bit, the outputs. Random scores with many near ties at sparsities 0.5 and 0.9, both
+// modes (exempt adds the prefix tiles, compete ranks them).
 TEST(VsaCuda, TopkRadixSelectEqualsSort) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
   const VsaShape s{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128};
@@ -250,32 +251,30 @@ TEST(VsaCuda, TopkRadixSelectEqualsSort) {
     for (double sparsity : {0.5, 0.9}) {
       SCOPED_TRACE(std::string(mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete") + " sparsity " +
                    std::to_string(sparsity));
-      Rng r(11);
-      const int64_t S = rows_of(s);
-      const Device dev = Device::cuda(0);
-      const DType t = DType::kBF16;
-      const Tensor q = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor k = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor v = r.uniform_tensor({S, s.heads, s.d}, t).to(dev);
-      const Tensor g = r.uniform_tensor({S, s.heads, s.d}, t, 0.0f, 2.0f).to(dev);
+      const auto [q, k, v, g] = cuda_inputs(s, DType::kBF16, 11);
       h3::ops::VsaOptions opt;
       opt.sparsity = sparsity;
       opt.mode = mode;
       const h3::ops::VsaGeometry geo = geometry_of(s);
-      h3::ops::VsaTrace ta, tb;
+      h3::ops::VsaTrace ta;
       ::unsetenv("H3_VSA_TOPK");
       const Tensor a = h3::ops::cuda::vsa_attention(q, k, v, &g, geo, opt, &ta);
-      ::setenv("H3_VSA_TOPK", "sort", 1);
-      const Tensor b = h3::ops::cuda::vsa_attention(q, k, v, &g, geo, opt, &tb);
-      ASSERT_TRUE(ta.mask.defined() && tb.mask.defined());
-      const Metrics mm = measure(f64(ta.mask.to(Device::cpu())), f64(tb.mask.to(Device::cpu())));
-      const Metrics mo = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
-      std::printf("[vsa cuda] top-k radix select vs sort, %s sparsity %.2f: mask max_abs=%.0f, out max_abs=%.3e "
-                  "(bounds 0)\n",
-                  mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete", sparsity, mm.max_abs, mo.max_abs);
-      EXPECT_EQ(mm.max_abs, 0.0);
-      EXPECT_EQ(mo.max_abs, 0.0);
-      EXPECT_EQ(mo.nonfinite, 0);
+      ASSERT_TRUE(ta.mask.defined());
+      for (const char* other : {"block", "sort"}) {
+        h3::ops::VsaTrace tb;
+        ::setenv("H3_VSA_TOPK", other, 1);
+        const Tensor b = h3::ops::cuda::vsa_attention(q, k, v, &g, geo, opt, &tb);
+        ASSERT_TRUE(tb.mask.defined());
+        const Metrics mm = measure(f64(ta.mask.to(Device::cpu())), f64(tb.mask.to(Device::cpu())));
+        const Metrics mo = measure(f64(a.to(Device::cpu())), f64(b.to(Device::cpu())));
+        std::printf("[vsa cuda] top-k warp radix select vs %s, %s sparsity %.2f: mask max_abs=%.0f, "
+                    "out max_abs=%.3e (bounds 0)\n",
+                    other, mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete", sparsity, mm.max_abs,
+                    mo.max_abs);
+        EXPECT_EQ(mm.max_abs, 0.0) << other;
+        EXPECT_EQ(mo.max_abs, 0.0) << other;
+        EXPECT_EQ(mo.nonfinite, 0) << other;
+      }
     }
   }
   if (saved) {
@@ -283,6 +282,37 @@ TEST(VsaCuda, TopkRadixSelectEqualsSort) {
   } else {
     ::unsetenv("H3_VSA_TOPK");
   }
+}
+
+// The device copies of a geometry's index arrays are cached in the geometry (and shared by its
+// copies); changing the arrays afterwards must not reuse stale copies. A copy of geometry A whose
+// arrays are then replaced by geometry B's (same rows, prefix cut differently) must give B's
+// output exactly.
+TEST(VsaCuda, GeometryIndexCacheFollowsChangedArrays) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
+  const VsaShape sa{"t2va", {37, 46}, {6, 7, 9}, 64, 2, 128};
+  const VsaShape sb{"t2va", {46, 37}, {6, 7, 9}, 64, 2, 128};
+  const auto [q, k, v, g] = cuda_inputs(sa, DType::kBF16, 5);
+  h3::ops::VsaOptions opt;
+  opt.sparsity = 0.5;
+  const h3::ops::VsaGeometry ga = geometry_of(sa);
+  const h3::ops::VsaGeometry gb = geometry_of(sb);
+  ASSERT_NE(ga.tile_sizes, gb.tile_sizes);
+  (void)h3::ops::cuda::vsa_attention(q, k, v, nullptr, ga, opt, nullptr, nullptr);
+  ASSERT_TRUE(ga.device_cache != nullptr) << "the CUDA path caches the geometry's index arrays";
+  h3::ops::VsaGeometry changed = ga;  // shares ga's cache
+  changed.prefix_segments = gb.prefix_segments;
+  changed.num_prefix_tiles = gb.num_prefix_tiles;
+  changed.num_video_tiles = gb.num_video_tiles;
+  changed.tile_sizes = gb.tile_sizes;
+  changed.untile_index = gb.untile_index;
+  changed.partition_rows = gb.partition_rows;
+  const Tensor got = h3::ops::cuda::vsa_attention(q, k, v, nullptr, changed, opt, nullptr, nullptr);
+  const Tensor want = h3::ops::cuda::vsa_attention(q, k, v, nullptr, gb, opt, nullptr, nullptr);
+  const Metrics m = measure(f64(got.to(Device::cpu())), f64(want.to(Device::cpu())));
+  std::printf("[vsa cuda] geometry changed after caching vs fresh geometry: max_abs=%.3e (bound 0)\n", m.max_abs);
+  EXPECT_EQ(m.max_abs, 0.0);
+  EXPECT_EQ(m.nonfinite, 0);
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 //   0. layout:   q, k, v copied into the padded tile-ordered buffer [n E, H, D] (the reference's
 //                tile()), so every 64-row key block is contiguous and the fine kernel's loads need
 //                no per-row index (gathering through the partition index ran at half the speed);
-//   1. pool:     tile means of q, k, v over each tile's real rows (float64 sums, as the oracle);
+//   1. pool:     tile means of q, k, v over each tile's real rows (float64 sums, as the oracle),
+//                taken in the same pass over the rows as the layout copy;
 //   2. scores:   q̄ k̄ᵀ · scale per head (float64 dot products of the float32 means, rounded once,
 //                so the scores, and with them the top-k masks, equal the oracle's bit for bit);
-//   3. top-k:    one CTA per (query tile, head) sorts its row (bitonic, key = score then lower tile
-//                index first, the oracle's tie rule) and writes the mask row and the ascending list
-//                of visible key tiles;
+//   3. top-k:    one warp per (query tile, head) finds the k-th highest key of its row by radix
+//                select (key = score then lower tile index first, the oracle's tie rule) and writes
+//                the mask row and the ascending list of visible key tiles (a block per row above
+//                1,024 tiles; H3_VSA_TOPK=sort keeps a bitonic sort for comparison);
 //   4. compress: softmax over all tile scores times v̄ (only with a gate);
 //   5. fine:     block-sparse flash attention: a CTA owns 64 query rows of one tile and one head and
 //                streams the 64-row key blocks of its visible tiles, in tile order (a 256-row tile
@@ -25,6 +27,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -39,27 +43,11 @@ namespace {
 
 using namespace mma;
 
-// ---- 1. pooling --------------------------------------------------------------------------------
-
-// grid (n, H, 3: q/k/v), block 128. out[h, t, d] = float(sum_j double(x[row_j, h, d]) / size_t),
-// summed in partition order like the oracle.
-template <typename T>
-__global__ void vsa_pool_kernel(const T* q, const T* k, const T* v, int64_t row_stride, int D, int n,
-                                const int* starts, const int* part, float* qp, float* kp, float* vp) {
-  const int t = blockIdx.x, h = blockIdx.y, which = blockIdx.z;
-  const T* x = which == 0 ? q : (which == 1 ? k : v);
-  float* out = which == 0 ? qp : (which == 1 ? kp : vp);
-  const int j0 = starts[t], j1 = starts[t + 1];
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    const T* base = x + static_cast<int64_t>(h) * D + d;
-    double acc = 0.0;
-    for (int j = j0; j < j1; ++j) acc += static_cast<double>(to_f32(base[static_cast<int64_t>(part[j]) * row_stride]));
-    out[(static_cast<int64_t>(h) * n + t) * D + d] = static_cast<float>(acc / static_cast<double>(j1 - j0));
-  }
-}
+// ---- 0 + 1. layout and pooling ----------------------------------------------------------------
 
 // grid (S, 3: q/k/v), block 128: row r of x to row untile[r] of the padded tile-ordered buffer
 // [n E, H, D] (16-byte chunks), so the fine kernel reads each key block as 64 consecutive rows.
+// Used alone when no scores are needed; otherwise vsa_tile_pool_kernel does this copy too.
 __global__ void vsa_tile_kernel(const uint4* q, const uint4* k, const uint4* v, int64_t row_chunks,
                                 const int* untile, uint4* tq, uint4* tk, uint4* tv) {
   const int64_t r = blockIdx.x;
@@ -69,46 +57,239 @@ __global__ void vsa_tile_kernel(const uint4* q, const uint4* k, const uint4* v, 
   for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) out[dst + c] = x[src + c];
 }
 
+constexpr int kPoolThreads = 128;  // one 16-byte chunk of every row per thread
+constexpr int kPoolSlots = 256;    // partition slots whose row offsets are staged at a time
+constexpr int kPoolUnroll = 4;     // rows in flight per thread (the loads are independent)
+
+template <typename T>
+__device__ __forceinline__ void pool_add(double* acc, const uint4& u) {
+  constexpr int kVec = 16 / sizeof(T);
+  const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] += static_cast<double>(to_f32(e[i]));
+}
+
+// grid (ceil(H D / (8 * 128)), n, 3: q/k/v), block 128. The copy into the tile-ordered buffer and
+// the tile means in one pass, so each row is read from memory once: a CTA walks its tile's rows
+// in partition order, and each thread copies its 16-byte chunk of the row and adds it to float64
+// sums, out[h, t, d] = float(sum_j double(x[row_j, h, d]) / size_t), in the oracle's order.
+template <typename T>
+__global__ void __launch_bounds__(kPoolThreads)
+    vsa_tile_pool_kernel(const uint4* q, const uint4* k, const uint4* v, int64_t row_chunks, int D, int n,
+                         const int* starts, const int* part, const int* untile, uint4* tq, uint4* tk, uint4* tv,
+                         float* qp, float* kp, float* vp) {
+  constexpr int kVec = 16 / sizeof(T);  // values per chunk; a chunk never straddles two heads (D % 8 == 0)
+  __shared__ int64_t src[kPoolSlots], dst[kPoolSlots];
+  const int t = blockIdx.y, which = blockIdx.z;
+  const uint4* x = which == 0 ? q : (which == 1 ? k : v);
+  uint4* tiled = which == 0 ? tq : (which == 1 ? tk : tv);
+  float* pooled = which == 0 ? qp : (which == 1 ? kp : vp);
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPoolThreads + threadIdx.x;
+  const bool active = c < row_chunks;
+  const int j0 = starts[t], j1 = starts[t + 1];
+  double acc[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] = 0.0;
+  for (int b = j0; b < j1; b += kPoolSlots) {  // block-uniform trip count
+    const int rows = min(kPoolSlots, j1 - b);
+    __syncthreads();  // the previous rows' offsets are no longer read
+    for (int j = threadIdx.x; j < rows; j += kPoolThreads) {
+      const int r = part[b + j];
+      src[j] = static_cast<int64_t>(r) * row_chunks;
+      dst[j] = static_cast<int64_t>(untile[r]) * row_chunks;
+    }
+    __syncthreads();
+    if (!active) continue;
+    int j = 0;
+    for (; j + kPoolUnroll <= rows; j += kPoolUnroll) {
+      uint4 u[kPoolUnroll];
+#pragma unroll
+      for (int i = 0; i < kPoolUnroll; ++i) u[i] = x[src[j + i] + c];
+#pragma unroll
+      for (int i = 0; i < kPoolUnroll; ++i) {
+        tiled[dst[j + i] + c] = u[i];
+        pool_add<T>(acc, u[i]);
+      }
+    }
+    for (; j < rows; ++j) {
+      const uint4 u = x[src[j] + c];
+      tiled[dst[j] + c] = u;
+      pool_add<T>(acc, u);
+    }
+  }
+  if (!active) return;
+  const int64_t e0 = c * kVec;  // first value of the chunk in the [H, D] row
+  const int64_t h = e0 / D, d = e0 % D;
+  float* out = pooled + (h * n + t) * D + d;
+  const double size = static_cast<double>(j1 - j0);
+  static_assert(kVec % 4 == 0, "whole float4 stores");
+#pragma unroll
+  for (int i = 0; i < kVec; i += 4) {
+    *reinterpret_cast<float4*>(out + i) =
+        make_float4(static_cast<float>(acc[i] / size), static_cast<float>(acc[i + 1] / size),
+                    static_cast<float>(acc[i + 2] / size), static_cast<float>(acc[i + 3] / size));
+  }
+}
+
 // ---- 2. scores ---------------------------------------------------------------------------------
 
-constexpr int kScTile = 32;  // 32 x 32 scores per CTA, 2 x 2 per thread of a 16 x 16 block
+constexpr int kScTile = 96;          // 96 x 96 scores per CTA, 6 x 6 per thread of 16 x 16 (672 = 7 x 96)
+constexpr int kScK = 8;              // head-dim values staged per pass
+constexpr int kScLd = kScTile + 2;   // even, for 16-byte pairs; the odd pair stride spreads the staging stores
+constexpr int kScThreads = 256;
 
-// grid (ceil(n/32), ceil(n/32), H). float64 products of float32 values are exact, so summing them
-// in d order reproduces the oracle's float64 dot product exactly.
-__global__ void __launch_bounds__(256) vsa_scores_kernel(const float* qp, const float* kp, int n, int D,
-                                                         double scale, float* scores) {
-  extern __shared__ float ssm[];
-  const int LDS = D + 1;
-  float* sq = ssm;
-  float* sk = ssm + kScTile * LDS;
+// grid (ceil(n/96), ceil(n/96), H), block 256. float64 products of float32 values are exact, so
+// summing them in d order (one accumulator per score) reproduces the oracle's float64 dot product
+// exactly. The means are widened to float64 once, when staged: converting per product would bound
+// the kernel by the conversion rate rather than the float64 FMA rate. Stage c holds column c of
+// 96 q̄ rows and of 96 k̄ rows; a thread's rows are 2 ty + {0, 1} + 32 m (m < 3), so each operand
+// fetch is one 16-byte load, and a warp (4 ty x 8 tx) reads 4 and 8 distinct pairs: one
+// shared-memory wavefront each.
+__global__ void __launch_bounds__(kScThreads, 2) vsa_scores_kernel(const float* qp, const float* kp, int n, int D,
+                                                                   double scale, float* scores) {
+  // Two stages, so one barrier per pass: a stage is refilled only after the barrier that follows
+  // the pass reading it.
+  __shared__ __align__(16) double sq[2][kScK * kScLd];
+  __shared__ __align__(16) double sk[2][kScK * kScLd];
+  constexpr int kStage = kScTile * kScK / kScThreads;  // staged values per thread and operand
   const int h = blockIdx.z, i0 = blockIdx.y * kScTile, j0 = blockIdx.x * kScTile;
-  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
-  for (int idx = tid; idx < kScTile * D; idx += 256) {
-    const int r = idx / D, c = idx % D;
-    sq[r * LDS + c] = i0 + r < n ? qp[(static_cast<int64_t>(h) * n + i0 + r) * D + c] : 0.0f;
-    sk[r * LDS + c] = j0 + r < n ? kp[(static_cast<int64_t>(h) * n + j0 + r) * D + c] : 0.0f;
-  }
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int ty = (warp >> 1) * 4 + (lane >> 3), tx = (warp & 1) * 8 + (lane & 7);
+  const float* qb = qp + static_cast<int64_t>(h) * n * D;
+  const float* kb = kp + static_cast<int64_t>(h) * n * D;
+  // Staged value s of this thread: row e / 8, column e % 8 of the pass, e = tid + 256 s.
+  float rq[kStage], rk[kStage];
+  auto fetch = [&](int c0) {
+#pragma unroll
+    for (int s = 0; s < kStage; ++s) {
+      const int e = tid + kScThreads * s, r = e / kScK, c = c0 + e % kScK;
+      rq[s] = i0 + r < n ? qb[static_cast<int64_t>(i0 + r) * D + c] : 0.0f;
+      rk[s] = j0 + r < n ? kb[static_cast<int64_t>(j0 + r) * D + c] : 0.0f;
+    }
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int s = 0; s < kStage; ++s) {
+      const int e = tid + kScThreads * s, r = e / kScK, c = e % kScK;
+      sq[buf][c * kScLd + r] = rq[s];
+      sk[buf][c * kScLd + r] = rk[s];
+    }
+  };
+  fetch(0);
+  stage(0);
   __syncthreads();
-  double acc[2][2] = {{0.0, 0.0}, {0.0, 0.0}};
-  for (int c = 0; c < D; ++c) {
-    const double a0 = sq[ty * LDS + c], a1 = sq[(ty + 16) * LDS + c];
-    const double b0 = sk[tx * LDS + c], b1 = sk[(tx + 16) * LDS + c];
-    acc[0][0] += a0 * b0;
-    acc[0][1] += a0 * b1;
-    acc[1][0] += a1 * b0;
-    acc[1][1] += a1 * b1;
+  if (kScK < D) fetch(kScK);
+  double acc[6][6];
+#pragma unroll
+  for (int a = 0; a < 6; ++a) {
+#pragma unroll
+    for (int b = 0; b < 6; ++b) acc[a][b] = 0.0;
+  }
+  for (int c0 = 0, buf = 0; c0 < D; c0 += kScK, buf ^= 1) {  // D is a multiple of 8
+    const double* cq = sq[buf];
+    const double* ck = sk[buf];
+#pragma unroll
+    for (int c = 0; c < kScK; ++c) {
+      double a[6], b[6];
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        const double2 av = *reinterpret_cast<const double2*>(cq + c * kScLd + 32 * m + 2 * ty);
+        const double2 bv = *reinterpret_cast<const double2*>(ck + c * kScLd + 32 * m + 2 * tx);
+        a[2 * m] = av.x;
+        a[2 * m + 1] = av.y;
+        b[2 * m] = bv.x;
+        b[2 * m + 1] = bv.y;
+      }
+#pragma unroll
+      for (int x = 0; x < 6; ++x) {
+#pragma unroll
+        for (int y = 0; y < 6; ++y) acc[x][y] += a[x] * b[y];
+      }
+    }
+    if (c0 + kScK < D) {  // block-uniform
+      stage(buf ^ 1);     // last read by the previous pass, which every thread has finished
+      __syncthreads();
+      if (c0 + 2 * kScK < D) fetch(c0 + 2 * kScK);  // in flight during the next pass's products
+    }
   }
 #pragma unroll
-  for (int a = 0; a < 2; ++a) {
+  for (int x = 0; x < 6; ++x) {
+    const int i = i0 + 32 * (x >> 1) + 2 * ty + (x & 1);
+    if (i >= n) continue;
+    float* row = scores + (static_cast<int64_t>(h) * n + i) * n;
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int i = i0 + ty + 16 * a, j = j0 + tx + 16 * b;
-      if (i < n && j < n) scores[(static_cast<int64_t>(h) * n + i) * n + j] = static_cast<float>(acc[a][b] * scale);
+    for (int y = 0; y < 6; ++y) {
+      const int j = j0 + 32 * (y >> 1) + 2 * tx + (y & 1);
+      if (j < n) row[j] = static_cast<float>(acc[x][y] * scale);
     }
   }
 }
 
 // ---- 3. top-k block mask and key tile lists ----------------------------------------------------
+
+// The sort key of score s at key tile j: the score in an order-preserving unsigned form, then the
+// complemented index, so a descending order puts equal scores' lower index first. -0 counts as +0
+// (the oracle's == ties).
+__device__ __forceinline__ unsigned long long topk_key(float s, int j) {
+  if (s == 0.0f) s = 0.0f;
+  uint32_t u = __float_as_uint(s);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(j));
+}
+
+// A prefix query tile's row: every key tile visible. Thread `t` of `count` threads.
+__device__ __forceinline__ void topk_all_visible(uint8_t* mrow, int* list, int* counts, int64_t row, int n, int t,
+                                                 int count) {
+  for (int j = t; j < n; j += count) {
+    mrow[j] = 1;
+    list[j] = j;
+  }
+  if (t == 0) counts[row] = n;
+}
+
+// One byte of the radix select, run by the 32 lanes of a warp: lane l holds bins [8 l, 8 l + 8)
+// of the histogram of the next byte; counting from the top bin down, the bin where the running
+// count reaches `rank` holds the k-th highest key. Returns true in the one lane that finds it,
+// with the bin and the rank still sought inside it.
+__device__ __forceinline__ bool topk_find_bin(const unsigned int* hist, int lane, int rank, int& bin,
+                                              int& rank_in_bin) {
+  unsigned int total = 0;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) total += hist[8 * lane + b];
+  unsigned int incl = total;  // sum over lanes >= lane
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned int other = __shfl_down_sync(0xffffffffu, incl, off);
+    if (lane + off < 32) incl += other;
+  }
+  unsigned int above = incl - total;  // keys in higher bins
+  bool found = false;
+  for (int b = 7; b >= 0; --b) {
+    const unsigned int c = hist[8 * lane + b];
+    if (above < static_cast<unsigned int>(rank) && static_cast<unsigned int>(rank) <= above + c) {
+      bin = 8 * lane + b;
+      rank_in_bin = rank - static_cast<int>(above);
+      found = true;
+    }
+    above += c;
+  }
+  return found;
+}
+
+// The ascending list of the flagged key tiles of a row and its length, by one warp: the fine kernel
+// visits key tiles in tile order, as the oracle.
+__device__ __forceinline__ void topk_write_list(const uint8_t* flag, int* list, int* counts, int64_t row, int n,
+                                                int lane) {
+  int base = 0;
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    const int j = j0 + lane;
+    const bool f = j < n && flag[j];
+    const unsigned bal = __ballot_sync(0xffffffffu, f);
+    if (f) list[base + __popc(bal & ((1u << lane) - 1u))] = j;
+    base += __popc(bal);
+  }
+  if (lane == 0) counts[row] = base;
+}
 
 // grid (n, H), block 256, dynamic smem: np keys (u64) + n flags. Prefix query tiles see every key
 // tile (§5.4); a video query tile keeps its k highest-scoring candidates (exempt: video key tiles
@@ -122,29 +303,13 @@ __global__ void __launch_bounds__(256) vsa_topk_kernel(const float* scores, int 
   uint8_t* mrow = mask + row * n;
   int* list = lists + row * n;
   if (i < P) {
-    for (int j = tid; j < n; j += blockDim.x) {
-      mrow[j] = 1;
-      list[j] = j;
-    }
-    if (tid == 0) counts[row] = n;
+    topk_all_visible(mrow, list, counts, row, n, tid, blockDim.x);
     return;
   }
   const float* sr = scores + row * n;
   const int first = compete ? 0 : P;
   const int k = compete ? min(k_vid + P, n) : k_vid;
-  // Sort key: the score in an order-preserving unsigned form, then the complemented index, so a
-  // descending sort puts equal scores' lower index first. -0 counts as +0 (the oracle's == ties).
-  for (int j = tid; j < np; j += blockDim.x) {
-    unsigned long long key = 0;
-    if (j >= first && j < n) {
-      float s = sr[j];
-      if (s == 0.0f) s = 0.0f;
-      uint32_t u = __float_as_uint(s);
-      u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-      key = (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(j));
-    }
-    keys[j] = key;
-  }
+  for (int j = tid; j < np; j += blockDim.x) keys[j] = j >= first && j < n ? topk_key(sr[j], j) : 0ull;
   for (int j = tid; j < n; j += blockDim.x) flag[j] = 0;
   __syncthreads();
   if (!sort) {
@@ -168,24 +333,11 @@ __global__ void __launch_bounds__(256) vsa_topk_kernel(const float* scores, int 
           if ((key & known) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
         }
         __syncthreads();
-        if (tid < 32) {  // lane l holds bins [8 l, 8 l + 8); count from the top bin down
-          unsigned int total = 0;
-#pragma unroll
-          for (int b = 0; b < 8; ++b) total += hist[8 * tid + b];
-          unsigned int incl = total;  // sum over lanes >= tid
-#pragma unroll
-          for (int off = 1; off < 32; off <<= 1) {
-            const unsigned int other = __shfl_down_sync(0xffffffffu, incl, off);
-            if (tid + off < 32) incl += other;
-          }
-          unsigned int above = incl - total;  // keys in higher bins
-          for (int b = 7; b >= 0; --b) {
-            const unsigned int h = hist[8 * tid + b];
-            if (above < static_cast<unsigned int>(rank) && static_cast<unsigned int>(rank) <= above + h) {
-              s_prefix = prefix | (static_cast<unsigned long long>(8 * tid + b) << shift);
-              s_rank = rank - static_cast<int>(above);
-            }
-            above += h;
+        if (tid < 32) {
+          int bin = 0, rank_in_bin = 0;
+          if (topk_find_bin(hist, tid, rank, bin, rank_in_bin)) {
+            s_prefix = prefix | (static_cast<unsigned long long>(bin) << shift);
+            s_rank = rank_in_bin;
           }
         }
         __syncthreads();
@@ -221,63 +373,186 @@ __global__ void __launch_bounds__(256) vsa_topk_kernel(const float* scores, int 
   }
   __syncthreads();
   for (int j = tid; j < n; j += blockDim.x) mrow[j] = flag[j];
-  if (tid < 32) {  // ascending list: the fine kernel visits key tiles in tile order, as the oracle
-    int base = 0;
-    for (int j0 = 0; j0 < n; j0 += 32) {
-      const int j = j0 + tid;
-      const bool f = j < n && flag[j];
-      const unsigned bal = __ballot_sync(0xffffffffu, f);
-      if (f) list[base + __popc(bal & ((1u << tid) - 1u))] = j;
-      base += __popc(bal);
-    }
-    if (tid == 0) counts[row] = base;
+  if (tid < 32) topk_write_list(flag, list, counts, row, n, tid);
+}
+
+constexpr int kTopkWarpMaxTiles = 1024;  // the warp kernel's limit (keys in shared memory per warp)
+constexpr int kTopkWarps = 4;
+
+// grid (ceil(n / 4), H), block 128, a warp per (query tile, head); dynamic smem 4 x (n keys (u64)
+// + 256 bins + n flags). The same selection as the block radix select of vsa_topk_kernel (same
+// keys, same byte-by-byte search for the k-th highest), with a warp's shuffles in place of block
+// barriers: at n = 672 the block kernel spent its time in 24 barriers per row.
+__global__ void __launch_bounds__(kTopkWarps * 32) vsa_topk_warp_kernel(const float* scores, int n, int P, int k_vid,
+                                                                        int compete, uint8_t* mask, int* lists,
+                                                                        int* counts) {
+  extern __shared__ unsigned long long topk_smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kTopkWarps + warp, h = blockIdx.y;
+  if (i >= n) return;  // warp-uniform; no block barrier below
+  unsigned long long* keys = topk_smem + static_cast<size_t>(warp) * (n + 128);
+  unsigned int* hist = reinterpret_cast<unsigned int*>(keys + n);
+  uint8_t* flag = reinterpret_cast<uint8_t*>(topk_smem + static_cast<size_t>(kTopkWarps) * (n + 128)) +
+                  static_cast<size_t>(warp) * n;
+  const int64_t row = static_cast<int64_t>(h) * n + i;
+  uint8_t* mrow = mask + row * n;
+  int* list = lists + row * n;
+  if (i < P) {
+    topk_all_visible(mrow, list, counts, row, n, lane, 32);
+    return;
   }
+  const float* sr = scores + row * n;
+  const int first = compete ? 0 : P;
+  const int k = compete ? min(k_vid + P, n) : k_vid;
+  for (int j = lane; j < n; j += 32) {
+    keys[j] = j >= first ? topk_key(sr[j], j) : 0ull;
+    flag[j] = 0;
+  }
+  __syncwarp();
+  const int rank0 = min(k, n - first);
+  if (rank0 > 0) {
+    unsigned long long prefix = 0, known = 0;
+    int rank = rank0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+#pragma unroll
+      for (int b = 0; b < 8; ++b) hist[8 * lane + b] = 0u;
+      __syncwarp();
+      for (int j = first + lane; j < n; j += 32) {
+        const unsigned long long key = keys[j];
+        if ((key & known) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+      }
+      __syncwarp();
+      int bin = 0, rank_in_bin = 0;
+      const bool mine = topk_find_bin(hist, lane, rank, bin, rank_in_bin);
+      const int src = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;  // exactly one lane
+      bin = __shfl_sync(0xffffffffu, bin, src);
+      rank = __shfl_sync(0xffffffffu, rank_in_bin, src);
+      prefix |= static_cast<unsigned long long>(bin) << shift;
+      known |= 0xFFull << shift;
+      __syncwarp();  // the bins are read before the next pass clears them
+    }
+    for (int j = first + lane; j < n; j += 32) {
+      if (keys[j] >= prefix) flag[j] = 1;
+    }
+  }
+  if (!compete) {
+    for (int j = lane; j < P; j += 32) flag[j] = 1;
+  }
+  __syncwarp();
+  for (int j = lane; j < n; j += 32) mrow[j] = flag[j];
+  topk_write_list(flag, list, counts, row, n, lane);
 }
 
 // ---- 4. compression branch ---------------------------------------------------------------------
 
-constexpr int kCompRows = 8;  // query tiles per CTA (they share every load of v̄)
+constexpr int kCompRows = 32;     // query tiles per CTA (they share every load of v̄)
+constexpr int kCompKeys = 32;     // key tiles per pass: one per lane
+constexpr int kCompThreads = 128;
+constexpr int kCompLdw = kCompRows + 4;  // row stride of the staged weights (16-byte aligned)
 
-// grid (ceil(n/8), H), block 256, dynamic smem 8 n floats. out_c[h, i] = Σ_j e^{s_ij - max} v̄_j / Σ_j e^{..}.
-__global__ void __launch_bounds__(256) vsa_compress_kernel(const float* scores, const float* vp, int n, int D,
-                                                           float* out_c) {
-  extern __shared__ float w[];
+// grid (ceil(n/32), H), block 128. out_c[h, i] = Σ_j e^{s_ij - max} v̄_j / Σ_j e^{..}, as a small
+// GEMM: passes of 32 key tiles stage the weights w[j][i] and v̄_j in shared memory, and each thread
+// accumulates 4 query rows x D/16 columns, acc += w_ij v̄_j in j order (the oracle's order). Warp w
+// owns rows 8 w .. 8 w + 7 for the softmax, and lane l computes key tile j0 + l of every pass, so
+// its denominator partial sums run over j = l, l + 32, ... in order, then one warp_sum: the same
+// sums as one warp walking the whole row.
+template <int D>
+__global__ void __launch_bounds__(kCompThreads) vsa_compress_kernel(const float* scores, const float* vp, int n,
+                                                                    float* out_c) {
+  constexpr int kRowsPerWarp = kCompRows / (kCompThreads / 32);
+  constexpr int kCols = D / 16;                  // columns per thread: 8, 4, 2
+  constexpr int kVec = kCols < 4 ? kCols : 4;    // columns per load
+  constexpr int kGroups = kCols / kVec;          // column groups, 16 kVec apart
+  __shared__ __align__(16) float ws[kCompKeys * kCompLdw];
+  __shared__ __align__(16) float vs[kCompKeys * D];
   __shared__ float denom[kCompRows];
   const int h = blockIdx.y, i0 = blockIdx.x * kCompRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp; r < kCompRows; r += blockDim.x / 32) {
-    const int i = i0 + r;
-    if (i >= n) continue;  // warp-uniform
-    const float* sr = scores + (static_cast<int64_t>(h) * n + i) * n;
-    float mx = -INFINITY;
-    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sr[j]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int j = lane; j < n; j += 32) {
-      const float e = expf(sr[j] - mx);
-      w[r * n + j] = e;
-      sum += e;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;  // rows 4 ty .. 4 ty + 3
+  const float* sb = scores + static_cast<int64_t>(h) * n * n;
+  const float* vb = vp + static_cast<int64_t>(h) * n * D;
+  float mx[kRowsPerWarp], part[kRowsPerWarp];
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int i = i0 + warp * kRowsPerWarp + k;
+    float m = -INFINITY;
+    if (i < n) {  // warp-uniform
+      const float* sr = sb + static_cast<int64_t>(i) * n;
+      for (int j = lane; j < n; j += 32) m = fmaxf(m, sr[j]);
     }
-    sum = warp_sum(sum);
-    if (lane == 0) denom[r] = sum;
+    mx[k] = warp_max(m);
+    part[k] = 0.0f;
+  }
+  float acc[4][kCols];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
+  }
+  for (int j0 = 0; j0 < n; j0 += kCompKeys) {
+    __syncthreads();  // the previous pass is no longer read
+    const int j = j0 + lane;
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+      const int r = warp * kRowsPerWarp + k, i = i0 + r;
+      float e = 0.0f;
+      if (i < n && j < n) {
+        e = expf(sb[static_cast<int64_t>(i) * n + j] - mx[k]);
+        part[k] += e;
+      }
+      ws[lane * kCompLdw + r] = e;
+    }
+    for (int idx = threadIdx.x; idx < kCompKeys * (D / 4); idx += kCompThreads) {
+      const int jj = idx / (D / 4), c = (idx % (D / 4)) * 4;
+      const float4 val = j0 + jj < n ? *reinterpret_cast<const float4*>(vb + static_cast<int64_t>(j0 + jj) * D + c)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(vs + jj * D + c) = val;
+    }
+    __syncthreads();
+    const int len = min(kCompKeys, n - j0);  // the zero padding's products could still flip a zero sum's sign
+#pragma unroll 4
+    for (int jj = 0; jj < len; ++jj) {
+      const float4 w4 = *reinterpret_cast<const float4*>(ws + jj * kCompLdw + 4 * ty);
+      const float w[4] = {w4.x, w4.y, w4.z, w4.w};
+      float x[kCols];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const float* src = vs + jj * D + g * 16 * kVec + tx * kVec;
+        if constexpr (kVec == 4) {
+          const float4 v4 = *reinterpret_cast<const float4*>(src);
+          x[g * 4] = v4.x;
+          x[g * 4 + 1] = v4.y;
+          x[g * 4 + 2] = v4.z;
+          x[g * 4 + 3] = v4.w;
+        } else {
+          const float2 v2 = *reinterpret_cast<const float2*>(src);
+          x[g * 2] = v2.x;
+          x[g * 2 + 1] = v2.y;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) acc[r][c] += w[r] * x[c];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const float sum = warp_sum(part[k]);
+    if (lane == 0) denom[warp * kRowsPerWarp + k] = sum;
   }
   __syncthreads();
-  const int d = threadIdx.x % D, group = threadIdx.x / D, groups = blockDim.x / D;
-  float acc[kCompRows];
 #pragma unroll
-  for (int r = 0; r < kCompRows; ++r) acc[r] = 0.0f;
-  const float* vb = vp + static_cast<int64_t>(h) * n * D + d;
-  for (int j = 0; j < n; ++j) {
-    const float x = vb[static_cast<int64_t>(j) * D];
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + 4 * ty + r;
+    if (i >= n) continue;
+    float* out = out_c + (static_cast<int64_t>(h) * n + i) * D;
 #pragma unroll
-    for (int r = 0; r < kCompRows; ++r) {
-      if (r % groups == group) acc[r] += w[r * n + j] * x;
+    for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) out[g * 16 * kVec + tx * kVec + v] = acc[r][g * kVec + v] / denom[4 * ty + r];
     }
-  }
-#pragma unroll
-  for (int r = 0; r < kCompRows; ++r) {
-    const int i = i0 + r;
-    if (r % groups == group && i < n) out_c[(static_cast<int64_t>(h) * n + i) * D + d] = acc[r] / denom[r];
   }
 }
 
@@ -554,6 +829,35 @@ Tensor upload_i32(const std::vector<int64_t>& v, Device dev) {
   return h.to(dev);
 }
 
+// The geometry's index arrays on one device (VsaGeometry::device_cache), with the host arrays they
+// were made from.
+struct VsaDeviceIndex {
+  std::mutex mu;
+  Device device = Device::cpu();
+  std::vector<int64_t> sizes_host, untile_host, part_host;
+  Tensor starts, part, sizes, untile;
+};
+
+// The device index arrays of `geo`: uploaded on the first call for a device (or when the host
+// arrays changed since), then reused.
+std::tuple<Tensor, Tensor, Tensor, Tensor> device_index(const VsaGeometry& geo, Device dev) {
+  if (!geo.device_cache) geo.device_cache = std::make_shared<VsaDeviceIndex>();
+  auto* c = static_cast<VsaDeviceIndex*>(geo.device_cache.get());
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (!c->starts.defined() || c->device != dev || c->sizes_host != geo.tile_sizes ||
+      c->untile_host != geo.untile_index || c->part_host != geo.partition_rows) {
+    c->starts = upload_i32(geo.tile_starts(), dev);
+    c->part = upload_i32(geo.partition_rows, dev);
+    c->sizes = upload_i32(geo.tile_sizes, dev);
+    c->untile = upload_i32(geo.untile_index, dev);
+    c->device = dev;
+    c->sizes_host = geo.tile_sizes;
+    c->untile_host = geo.untile_index;
+    c->part_host = geo.partition_rows;
+  }
+  return {c->starts, c->part, c->sizes, c->untile};
+}
+
 // dtypes and head dims without a GPU kernel: the CPU oracle on copies, results moved back.
 Tensor vsa_on_host(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* g, const VsaGeometry& geo,
                    const VsaOptions& opt, VsaTrace* trace) {
@@ -638,10 +942,7 @@ Tensor vsa_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
 
   StageClock clock(times != nullptr);
   const int t_begin = clock.mark();
-  const Tensor starts = upload_i32(geo.tile_starts(), dev);
-  const Tensor part = upload_i32(geo.partition_rows, dev);
-  const Tensor sizes = upload_i32(geo.tile_sizes, dev);
-  const Tensor untile = upload_i32(geo.untile_index, dev);
+  const auto [starts, part, sizes, untile] = device_index(geo, dev);
   const double scale = opt.scale > 0.0f ? static_cast<double>(opt.scale) : 1.0 / std::sqrt(static_cast<double>(D));
 
   const int64_t k_vid = vsa_topk(opt.sparsity, V);
@@ -650,37 +951,48 @@ Tensor vsa_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
   const int t_up = clock.mark();
 
   // The tile-ordered copies of q, k, v (pad slots are never read: loads past a tile's rows are
-  // zero-filled by the fine kernel).
+  // zero-filled by the fine kernel); with scores, the tile means come from the same pass over the
+  // rows, so layout_ms then covers the pooling too and pool_ms is zero.
   const Tensor tq = Tensor::empty({n * geo.tile_size, H, D}, dt, dev);
   const Tensor tk = Tensor::empty({n * geo.tile_size, H, D}, dt, dev);
   const Tensor tv = Tensor::empty({n * geo.tile_size, H, D}, dt, dev);
-  vsa_tile_kernel<<<dim3(static_cast<unsigned>(S), 3), 128, 0, current_stream()>>>(
-      static_cast<const uint4*>(q.raw()), static_cast<const uint4*>(k.raw()), static_cast<const uint4*>(v.raw()),
-      H * D * static_cast<int64_t>(dtype_size(dt)) / 16, static_cast<const int*>(untile.raw()),
-      static_cast<uint4*>(tq.raw()), static_cast<uint4*>(tk.raw()), static_cast<uint4*>(tv.raw()));
-  check_launch("vsa_tile");
-  const int t_tile = clock.mark();
-
+  const int64_t row_chunks = H * D * static_cast<int64_t>(dtype_size(dt)) / 16;
   Tensor qp, kp, vp, scores, mask, lists, counts, out_c;
-  int t_pool = t_tile, t_scores = t_tile, t_topk = t_tile, t_comp = t_tile;
   if (need_scores) {
     qp = Tensor::empty({H, n, D}, DType::kF32, dev);
     kp = Tensor::empty({H, n, D}, DType::kF32, dev);
     vp = Tensor::empty({H, n, D}, DType::kF32, dev);
-    H3_DISPATCH_FLOAT(dt, "vsa_pool", {
-      vsa_pool_kernel<T><<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(H), 3), 128, 0, current_stream()>>>(
-          static_cast<const T*>(q.raw()), static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), H * D,
-          static_cast<int>(D), static_cast<int>(n), static_cast<const int*>(starts.raw()),
-          static_cast<const int*>(part.raw()), static_cast<float*>(qp.raw()), static_cast<float*>(kp.raw()),
+    const dim3 grid(static_cast<unsigned>((row_chunks + kPoolThreads - 1) / kPoolThreads), static_cast<unsigned>(n),
+                    3);
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kPoolThreads, 0, current_stream()>>>(
+          static_cast<const uint4*>(q.raw()), static_cast<const uint4*>(k.raw()),
+          static_cast<const uint4*>(v.raw()), row_chunks, static_cast<int>(D), static_cast<int>(n),
+          static_cast<const int*>(starts.raw()), static_cast<const int*>(part.raw()),
+          static_cast<const int*>(untile.raw()), static_cast<uint4*>(tq.raw()), static_cast<uint4*>(tk.raw()),
+          static_cast<uint4*>(tv.raw()), static_cast<float*>(qp.raw()), static_cast<float*>(kp.raw()),
           static_cast<float*>(vp.raw()));
-    });
-    check_launch("vsa_pool");
-    t_pool = clock.mark();
+    };
+    if (dt == DType::kBF16) {
+      launch(vsa_tile_pool_kernel<__nv_bfloat16>);
+    } else {
+      launch(vsa_tile_pool_kernel<__half>);
+    }
+    check_launch("vsa_tile_pool");
+  } else {
+    vsa_tile_kernel<<<dim3(static_cast<unsigned>(S), 3), 128, 0, current_stream()>>>(
+        static_cast<const uint4*>(q.raw()), static_cast<const uint4*>(k.raw()), static_cast<const uint4*>(v.raw()),
+        row_chunks, static_cast<const int*>(untile.raw()), static_cast<uint4*>(tq.raw()),
+        static_cast<uint4*>(tk.raw()), static_cast<uint4*>(tv.raw()));
+    check_launch("vsa_tile");
+  }
+  const int t_tile = clock.mark();
 
+  int t_pool = t_tile, t_scores = t_tile, t_topk = t_tile, t_comp = t_tile;
+  if (need_scores) {
     scores = Tensor::empty({H, n, n}, DType::kF32, dev);
     const unsigned tiles = static_cast<unsigned>((n + kScTile - 1) / kScTile);
-    const size_t sc_smem = 2 * kScTile * (D + 1) * sizeof(float);
-    vsa_scores_kernel<<<dim3(tiles, tiles, static_cast<unsigned>(H)), dim3(16, 16), sc_smem, current_stream()>>>(
+    vsa_scores_kernel<<<dim3(tiles, tiles, static_cast<unsigned>(H)), kScThreads, 0, current_stream()>>>(
         static_cast<const float*>(qp.raw()), static_cast<const float*>(kp.raw()), static_cast<int>(n),
         static_cast<int>(D), scale, static_cast<float*>(scores.raw()));
     check_launch("vsa_scores");
@@ -697,31 +1009,49 @@ Tensor vsa_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
              " tiles per row (the top-k kernel sorts at most 8192)");
     lists = Tensor::empty({H, n, n}, DType::kI32, dev);
     counts = Tensor::empty({H, n}, DType::kI32, dev);
-    const size_t tk_smem = static_cast<size_t>(np) * 8 + static_cast<size_t>(n);
-    // H3_VSA_TOPK=sort: the bitonic sort instead of the radix select (same mask; for comparison).
+    // H3_VSA_TOPK=sort: the bitonic sort instead of the radix select; H3_VSA_TOPK=block: the radix
+    // select with a block per row (same masks; for comparison).
     const char* topk_env = std::getenv("H3_VSA_TOPK");
     const bool topk_sort = topk_env && std::strcmp(topk_env, "sort") == 0;
-    H3_CUDA_CHECK(cudaFuncSetAttribute(vsa_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(tk_smem)));
-    vsa_topk_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(H)), 256, tk_smem, current_stream()>>>(
-        static_cast<const float*>(scores.raw()), static_cast<int>(n), static_cast<int>(P), static_cast<int>(k_vid),
-        opt.mode == VsaMode::kCompete ? 1 : 0, np, topk_sort ? 1 : 0, static_cast<uint8_t*>(mask.raw()),
-        static_cast<int*>(lists.raw()), static_cast<int*>(counts.raw()));
+    const bool topk_block = topk_sort || (topk_env && std::strcmp(topk_env, "block") == 0) || n > kTopkWarpMaxTiles;
+    if (!topk_block) {
+      const size_t w_smem = static_cast<size_t>(kTopkWarps) * ((static_cast<size_t>(n) + 128) * 8 + n);
+      H3_CUDA_CHECK(cudaFuncSetAttribute(vsa_topk_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(w_smem)));
+      vsa_topk_warp_kernel<<<dim3(static_cast<unsigned>((n + kTopkWarps - 1) / kTopkWarps),
+                                  static_cast<unsigned>(H)),
+                             kTopkWarps * 32, w_smem, current_stream()>>>(
+          static_cast<const float*>(scores.raw()), static_cast<int>(n), static_cast<int>(P), static_cast<int>(k_vid),
+          opt.mode == VsaMode::kCompete ? 1 : 0, static_cast<uint8_t*>(mask.raw()), static_cast<int*>(lists.raw()),
+          static_cast<int*>(counts.raw()));
+    } else {
+      const size_t tk_smem = static_cast<size_t>(np) * 8 + static_cast<size_t>(n);
+      H3_CUDA_CHECK(cudaFuncSetAttribute(vsa_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(tk_smem)));
+      vsa_topk_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(H)), 256, tk_smem,
+                        current_stream()>>>(static_cast<const float*>(scores.raw()), static_cast<int>(n),
+                                            static_cast<int>(P), static_cast<int>(k_vid),
+                                            opt.mode == VsaMode::kCompete ? 1 : 0, np, topk_sort ? 1 : 0,
+                                            static_cast<uint8_t*>(mask.raw()), static_cast<int*>(lists.raw()),
+                                            static_cast<int*>(counts.raw()));
+    }
     check_launch("vsa_topk");
   }
   t_topk = clock.mark();
 
   if (g_in) {
     out_c = Tensor::empty({H, n, D}, DType::kF32, dev);
-    const size_t c_smem = static_cast<size_t>(kCompRows) * n * sizeof(float);
-    H3_CHECK(c_smem <= 200 * 1024, ErrorCode::kUnsupported, "vsa_attention on CUDA: ", n,
-             " tiles is too many for the compression kernel");
-    H3_CUDA_CHECK(cudaFuncSetAttribute(vsa_compress_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(c_smem)));
-    vsa_compress_kernel<<<dim3(static_cast<unsigned>((n + kCompRows - 1) / kCompRows), static_cast<unsigned>(H)),
-                          256, c_smem, current_stream()>>>(static_cast<const float*>(scores.raw()),
-                                                           static_cast<const float*>(vp.raw()), static_cast<int>(n),
-                                                           static_cast<int>(D), static_cast<float*>(out_c.raw()));
+    const dim3 grid(static_cast<unsigned>((n + kCompRows - 1) / kCompRows), static_cast<unsigned>(H));
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kCompThreads, 0, current_stream()>>>(static_cast<const float*>(scores.raw()),
+                                                          static_cast<const float*>(vp.raw()), static_cast<int>(n),
+                                                          static_cast<float*>(out_c.raw()));
+    };
+    switch (D) {
+      case 32: launch(vsa_compress_kernel<32>); break;
+      case 64: launch(vsa_compress_kernel<64>); break;
+      default: launch(vsa_compress_kernel<128>); break;
+    }
     check_launch("vsa_compress");
   }
   t_comp = clock.mark();

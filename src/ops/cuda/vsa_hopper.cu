@@ -1,24 +1,37 @@
 // The VSA fine branch (h3_dit_spec.md §5.5-5.6) on Hopper tensor cores, built from the dense
-// Hopper kernel's pieces (attention_hopper_kernel.cuh: mbarriers, TMA copies, wgmma wrappers and
-// descriptors, the P V chain).
+// Hopper kernel's pieces (attention_hopper_kernel.cuh: mbarriers, TMA copies, wgmma descriptors,
+// the 64-key P V chain).
 //
 // Shape of one CTA (384 threads = 3 warpgroups, one CTA per SM):
 // - warpgroups 1 and 2 are consumers; each owns one job, (head, 64-row query block), query block
 //   fastest, so a CTA takes two neighbouring query blocks of one head and the CTAs in flight share
 //   that head's K and V in L2 (H3_VSA_HOPPER_ORDER=head restores the mma.sync grid's order, head
-//   fastest). Two jobs have two different key tile lists, so each consumer has its own ring of
-//   64-key stages (K and V, 3 stages) and its own Q buffer.
-// - warpgroup 0 is the producer: warp c serves consumer c. Lane 0 issues the bulk tensor copies
-//   (128-byte swizzle) of the job's Q block once, then of the listed key tiles in list order, one
-//   64-row block at a time (a 256-row tile is up to four blocks); the warp reads the list 32
-//   entries at a time so the copies never wait on a dependent global load. Before each block's
-//   copies it stores the block's real key count into a per-stage slot; the consumer reads it after
-//   the "full" mbarrier (whose arrive releases that store).
-// - A consumer computes S = Q K^T with 8 wgmma m64n64k16 (both operands in shared memory), masks
-//   key slots past the tile's real rows (pad slots, as the mma.sync kernel), runs the online
-//   softmax in float32 with exp2, rounds P to the activation dtype for P V (4 wgmma m64n128k16
-//   from registers) and sums the unrounded P for the denominator (the reference kernel's rounding
-//   points, §5.5). S of block j overlaps P V of block j - 1 as in the dense kernel.
+//   fastest). Two jobs have two different key tile lists, so each consumer has its own rings.
+// - warpgroup 0 is the producer: warps 2c and 2c + 1 serve consumer c, one streaming K and one V,
+//   each in list order, one 64-row key block per bulk tensor copy pair (128-byte swizzle; a
+//   256-row tile is up to four blocks). Lane 0 issues; the warp reads the list 32 entries at a time
+//   so the copies never wait on a dependent global load. The K warp stores each block's real key
+//   count into its stage's slot before the stage's "full" arrive, which releases it.
+// - A consumer holds its 64 query rows in registers, in the wgmma A-fragment layout (loaded once
+//   per job), and works in stages of 128 keys, two 64-key blocks a and b, S = Q [K_a K_b]^T being
+//   one chain of 8 wgmma m64n128k16 (K from shared memory). With S_j computed and P_b V_b of
+//   stage j - 1 in flight, it runs the softmax of both blocks (masks, running max, exp2, row sums
+//   in float32; block b's running max includes block a's), rescales O by block a's factor once
+//   P_b V_b has landed, issues P_a V_a and S_{j+1} back to back, rescales O by block b's factor
+//   once P_a V_a has landed, and issues P_b V_b, which runs under the next softmax. That is the
+//   reference kernel's recurrence block for block (§5.5: a running max and a rounding of P to the
+//   activation dtype per 64-key block, the unrounded P summed for the denominator), so it follows
+//   the reference's roundings; on every backend-ops case its output equals the mma.sync kernel's
+//   bit for bit.
+//   Measured at the production shape (issue #7, bench/RESULTS.md): with 64-key S chains and Q in
+//   shared memory the fine branch took 16.1 ms, this shape 14.6 - 15.3 ms; with the copies of K
+//   and V removed it ran only 3 % faster, so what bounds it is the consumers' dependency chains
+//   (two warps per scheduler), not memory.
+// - Shared memory per consumer: K in 4 slots of 64 keys laid out so that the two slots of a stage
+//   form one 128-key operand ([dim half][4 slots][64 keys][64]), V in 3 slots of 64 keys. Q in
+//   registers leaves room for the fourth K slot.
+// - A stream of odd length gets a second block in its last stage that repeats the first with a
+//   real key count of 0: fully masked, P = 0, and finite values, so it adds nothing.
 // - The store divides by the row sum, rounds (the fine branch), and with a gate adds
 //   round(round(out_c) * g) and rounds again (§5.6), writing only real query rows through the
 //   partition.
@@ -27,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 
 #include "core/status.h"
 #include "ops/cuda/attention_hopper.cuh"
@@ -39,22 +53,27 @@ namespace {
 
 namespace hp = hopper;
 
-constexpr int kVsaRows = 64;      // query rows per consumer (one job)
-constexpr int kVsaKeys = 64;      // keys per stage (the reference kernel's BLOCK_N)
-constexpr int kVsaStages = 3;
+constexpr int kVsaRows = 64;   // query rows per consumer (one job)
+constexpr int kVsaBlock = 64;  // keys per block (the reference kernel's BLOCK_N)
+constexpr int kVsaKSlots = 4;  // two 128-key stages
+constexpr int kVsaVSlots = 3;
 constexpr int kVsaConsumers = 2;
 constexpr int kVsaThreads = 128 * (1 + kVsaConsumers);
-constexpr int kVsaQBytes = kVsaRows * hp::kHeadDim * 2;   // 16 KiB
-constexpr int kVsaTileBytes = kVsaKeys * hp::kHeadDim * 2;  // 16 KiB
-constexpr int kVsaConsumerBytes = kVsaQBytes + 2 * kVsaStages * kVsaTileBytes;  // 112 KiB
-// Per consumer: q, k[s], v[s], empty[s] mbarriers (8 bytes each) and the row counts of the stages.
-constexpr int kVsaBarBytes = 8 * (1 + 3 * kVsaStages);
-constexpr int kVsaMetaBytes = kVsaConsumers * (kVsaBarBytes + 4 * kVsaStages);
-constexpr int kVsaSmemBytes = kVsaConsumers * kVsaConsumerBytes + 256 + 1024;
-static_assert(kVsaMetaBytes <= 256, "mbarrier area");
+constexpr int kVsaBoxBytes = kVsaBlock * 128;                 // 64 rows x 64 columns: 8 KiB
+constexpr int kVsaKHalfBytes = kVsaKSlots * kVsaBoxBytes;     // one dim half of the K ring: 32 KiB
+constexpr int kVsaKBytes = 2 * kVsaKHalfBytes;                // 64 KiB
+constexpr int kVsaVSlotBytes = 2 * kVsaBoxBytes;              // one V block: 16 KiB
+constexpr int kVsaConsumerBytes = kVsaKBytes + kVsaVSlots * kVsaVSlotBytes;  // 112 KiB
+// Per consumer: k_full[2], k_empty[2], v_full[3], v_empty[3] mbarriers, then the real key counts
+// of the K stages' blocks.
+constexpr int kVsaBarCount = 2 * (kVsaKSlots / 2) + 2 * kVsaVSlots;
+constexpr int kVsaMetaPerConsumer = 8 * kVsaBarCount + 4 * kVsaKSlots;
+constexpr int kVsaSmemBytes = kVsaConsumers * kVsaConsumerBytes + 1024 + 1024;
+static_assert(kVsaConsumers * kVsaMetaPerConsumer <= 1024, "mbarrier area");
 static_assert(kVsaSmemBytes <= 227 * 1024, "shared memory of the VSA Hopper kernel");
 
 struct VsaKernelArgs {
+  const void* tq;  // tile-ordered q [n E, H, 128]
   const void* g;
   const float* out_c;
   void* o;
@@ -71,47 +90,66 @@ struct VsaKernelArgs {
   float scale_log2;
 };
 
+// Consumer c's part of shared memory.
+struct Ring {
+  uint32_t k, v, bars;  // K ring, V ring, mbarriers
+  int* rows;            // real key counts of the K slots (generic pointer)
+  __device__ uint32_t k_full(int st) const { return bars + 8u * st; }
+  __device__ uint32_t k_empty(int st) const { return bars + 8u * (2 + st); }
+  __device__ uint32_t v_full(int s) const { return bars + 8u * (4 + s); }
+  __device__ uint32_t v_empty(int s) const { return bars + 8u * (4 + kVsaVSlots + s); }
+  // Dim half 0 of K stage st (slots 2 st and 2 st + 1); dim half 1 is kVsaKHalfBytes on.
+  __device__ uint32_t k_stage(int st) const { return k + st * 2 * kVsaBoxBytes; }
+  __device__ uint32_t v_slot(int s) const { return v + s * kVsaVSlotBytes; }
+};
+
 #ifdef H3_HOPPER_ATTN_DEVICE
 
-__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d,
-                                                __nv_bfloat16*) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+// S += Q K^T for one 16-wide k-step over 128 keys: A (Q) from registers, B (K, K-major) from
+// shared memory.
+#define H3_VSA_WGMMA_RS_N128(TYPE)                                                                            \
+  asm volatile(                                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                            \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                        \
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                               \
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                                      \
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                                      \
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),        \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),             \
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),             \
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),             \
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),             \
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),             \
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),             \
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                           \
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d))
 
-__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d,
-                                                __half*) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+__device__ __forceinline__ void wgmma_rs_qk(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint64_t desc_b, int scale_d, __nv_bfloat16*) {
+  H3_VSA_WGMMA_RS_N128("bf16");
 }
+__device__ __forceinline__ void wgmma_rs_qk(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint64_t desc_b, int scale_d, __half*) {
+  H3_VSA_WGMMA_RS_N128("f16");
+}
+#undef H3_VSA_WGMMA_RS_N128
 
-// S = Q K^T of one job and one 64-key block: Q and K are [half][64 rows][64], 128-byte rows,
-// swizzled; a k-step inside a half moves 32 bytes, the next half is 8 KiB on.
+// S = Q K^T over the 128 keys of a K stage. qa holds Q in the A-fragment layout, 4 registers per
+// k-step; a k-step inside a dim half moves 32 bytes, the next dim half is kVsaKHalfBytes on, the
+// next 8 keys 1024 bytes on (two slots in a row are one 128-row operand).
 template <typename T>
-__device__ __forceinline__ void issue_qk64(float (&s)[32], uint32_t q_base, uint32_t k_base) {
+__device__ __forceinline__ void issue_qk(float (&s)[64], const uint32_t (&qa)[32], uint32_t k_base) {
 #pragma unroll
   for (int ks = 0; ks < hp::kHeadDim / 16; ++ks) {
-    const uint32_t off = (ks >> 2) * (kVsaKeys * 128) + (ks & 3) * 32;
-    wgmma_ss_m64n64(s, hp::detail::make_desc(q_base + off, 16, 1024), hp::detail::make_desc(k_base + off, 16, 1024),
-                    ks > 0 ? 1 : 0, static_cast<T*>(nullptr));
+    const uint32_t off = (ks >> 2) * kVsaKHalfBytes + (ks & 3) * 32;
+    wgmma_rs_qk(s, qa[4 * ks], qa[4 * ks + 1], qa[4 * ks + 2], qa[4 * ks + 3],
+                hp::detail::make_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0, static_cast<T*>(nullptr));
   }
 }
+
+#endif  // H3_HOPPER_ATTN_DEVICE
 
 // The job of consumer c of this CTA; false when past the end or a query block without real rows
 // (a 256-row tile smaller than the block's offset). Both the producer warp and the consumer
@@ -128,6 +166,8 @@ __device__ __forceinline__ bool job_of(const VsaKernelArgs& a, int c, Job& job) 
     job.head = static_cast<int>(id % a.heads);
     qb = static_cast<int>(id / a.heads);
   } else {
+    // Not the prefix query blocks first (they see every key tile, about ten times a video
+    // block's work): starting them together measured 4 % slower than this order (issue #7).
     const int64_t per_head = static_cast<int64_t>(a.n) * a.sub;
     job.head = static_cast<int>(id / per_head);
     qb = static_cast<int>(id % per_head);
@@ -140,123 +180,242 @@ __device__ __forceinline__ bool job_of(const VsaKernelArgs& a, int c, Job& job) 
   return job.q_rows > 0;
 }
 
+#ifdef H3_HOPPER_ATTN_DEVICE
+
+// One producer warp: the K stream (kind 0) or the V stream (kind 1) of consumer c's job.
+template <int kind>
+__device__ __forceinline__ void vsa_produce(const VsaKernelArgs& a, int c, const Ring& ring, const CUtensorMap* map) {
+  using namespace hp::detail;
+  Job job;
+  if (!job_of(a, c, job)) return;
+  const int lane = threadIdx.x & 31;
+  const int E = a.E;
+  int j = 0;         // block counter of the stream
+  int last_row = 0;  // first row of the previous block
+  // Block j (64 rows from `row`, `rows` of them real) into its slot.
+  auto block = [&](int row, int rows) {
+    if (kind == 0) {
+      const int st = (j >> 1) & 1, half = j & 1;
+      if (half == 0 && j >= kVsaKSlots) mbar_wait(ring.k_empty(st), ((j >> 2) - 1) & 1);
+      if (lane == 0) {
+        ring.rows[2 * st + half] = rows;
+        const uint32_t dst = ring.k_stage(st) + half * kVsaBoxBytes;
+        asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(ring.k_full(st)),
+                     "r"(2 * kVsaBoxBytes)
+                     : "memory");
+        tma_load_3d(dst, map, 0, row, job.head, ring.k_full(st));
+        tma_load_3d(dst + kVsaKHalfBytes, map, 64, row, job.head, ring.k_full(st));
+        // The stage's one arrive, after both blocks' counts are stored: it releases them.
+        if (half == 1) mbar_arrive(ring.k_full(st));
+      }
+    } else {
+      const int s = j % kVsaVSlots;
+      if (j >= kVsaVSlots) mbar_wait(ring.v_empty(s), ((j / kVsaVSlots) - 1) & 1);
+      if (lane == 0) {
+        mbar_expect_tx(ring.v_full(s), 2 * kVsaBoxBytes);
+        tma_load_3d(ring.v_slot(s), map, 0, row, job.head, ring.v_full(s));
+        tma_load_3d(ring.v_slot(s) + kVsaBoxBytes, map, 64, row, job.head, ring.v_full(s));
+      }
+    }
+    __syncwarp();
+    last_row = row;
+    ++j;
+  };
+  for (int x0 = 0; x0 < job.count; x0 += 32) {
+    int my_tile = 0, my_size = 0;
+    if (x0 + lane < job.count) {
+      my_tile = a.lists ? a.lists[job.lrow * a.n + x0 + lane] : x0 + lane;
+      my_size = a.sizes[my_tile];
+    }
+    const int m = min(32, job.count - x0);
+    for (int e = 0; e < m; ++e) {
+      const int tile = __shfl_sync(0xffffffffu, my_tile, e);
+      const int size = __shfl_sync(0xffffffffu, my_size, e);
+      for (int b = 0; b < size; b += kVsaBlock) block(tile * E + b, min(kVsaBlock, size - b));
+    }
+  }
+  if (j & 1) block(last_row, 0);
+}
+
 // Consumer c (a compile-time constant, so its buffers are fixed offsets and its control flow
 // depends on blockIdx only, as in the dense kernel).
 template <typename T, int c>
-__device__ __forceinline__ void vsa_consume(const VsaKernelArgs& a, uint32_t base, uint32_t meta,
-                                            volatile int* rows_slot) {
+__device__ __forceinline__ void vsa_consume(const VsaKernelArgs& a, const Ring& ring) {
   using namespace hp::detail;
-  auto sQ = [&](int cc) { return base + cc * kVsaConsumerBytes; };
-  auto sK = [&](int cc, int s) { return sQ(cc) + kVsaQBytes + s * kVsaTileBytes; };
-  auto sV = [&](int cc, int s) { return sQ(cc) + kVsaQBytes + (kVsaStages + s) * kVsaTileBytes; };
-  auto bar_q = [&](int cc) { return meta + cc * kVsaBarBytes; };
-  auto bar_k = [&](int cc, int s) { return bar_q(cc) + 8u * (1 + s); };
-  auto bar_v = [&](int cc, int s) { return bar_q(cc) + 8u * (1 + kVsaStages + s); };
-  auto bar_empty = [&](int cc, int s) { return bar_q(cc) + 8u * (1 + 2 * kVsaStages + s); };
   Job job;
   if (!job_of(a, c, job)) return;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
   const int g = lane >> 2, tq = lane & 3;
   const float sl2 = a.scale_log2;
-
-  // Blocks of the stream (precomputed, so the loop's trip count is uniform over the warpgroup and
+  // Stages of the stream (precomputed, so the loop's trip count is uniform over the warpgroup and
   // the wgmma chains are not serialized by a divergent path).
-  const int n_blocks = a.blocks[job.lrow];
+  const int n_stages = (a.blocks[job.lrow] + 1) / 2;
+  const volatile int* rows_slot = ring.rows;
 
-  float o[64], s[32];
-  uint32_t pa[16];
+  // Q rows warp * 16 + g (+ 8) of the job, columns 16 ks + 2 tq (+ 8), pairs packed as the A
+  // fragment of k-step ks wants them. Pad rows of the tiled buffer are zeros.
+  uint32_t qa[32];
+  {
+    const int64_t row_stride = static_cast<int64_t>(a.heads) * hp::kHeadDim;
+    const T* qb = static_cast<const T*>(a.tq) +
+                  (static_cast<int64_t>(job.tile) * a.E + job.q_local + warp * 16 + g) * row_stride +
+                  static_cast<int64_t>(job.head) * hp::kHeadDim + tq * 2;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int ks = i / 4, r = i & 1, hi = (i >> 1) & 1;
+      qa[i] = *reinterpret_cast<const uint32_t*>(qb + r * 8 * row_stride + ks * 16 + hi * 8);
+    }
+  }
+
+  float o[64], s[64];
+  uint32_t pa[16], pb[16];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m_row[2] = {-INFINITY, -INFINITY};
   float l_row[2] = {0.0f, 0.0f};
+  float corr_a[2], corr_b[2];
 
-  // Masks the pad slots of block j (keys at or past the tile's real rows), then turns the scores
-  // into probabilities: new running max, correction factor for the old sums, exp2.
-  auto softmax = [&](int j, float (&corr)[2]) {
-    const int rows = rows_slot[c * kVsaStages + j % kVsaStages];
+  // The reference's step for blocks a and b of the stage in S (ra, rb of their keys real): masks
+  // key slots past the real rows, then per block a new running max, the correction factor for the
+  // old sums and exp2, in that order; block b's max includes block a's. The two blocks' maxima
+  // and exponentials are independent work, interleaved here.
+  auto softmax = [&](int ra, int rb) {
+    if (ra < kVsaBlock || rb < kVsaBlock) {  // the same values in every thread: only pad blocks pay
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {  // a select, not a branch (the value is not provably uniform)
-      const int key = (i / 4) * 8 + tq * 2 + (i & 1);
-      s[i] = key >= rows ? -INFINITY : s[i];
+      for (int i = 0; i < 64; ++i) {
+        const int key = ((i & 31) / 4) * 8 + tq * 2 + (i & 1);
+        s[i] = key >= (i < 32 ? ra : rb) ? -INFINITY : s[i];
+      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_row[r], mx * sl2);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      corr[r] = fast_exp2(m_row[r] - m_use);
-      m_row[r] = m_new;
-      float sum = 0.0f;
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          mx[h] = fmaxf(mx[h], fmaxf(s[32 * h + 4 * nb + 2 * r], s[32 * h + 4 * nb + 2 * r + 1]));
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      }
+      const float m_a = fmaxf(m_row[r], mx[0] * sl2);
+      const float m_b = fmaxf(m_a, mx[1] * sl2);
+      const float use_a = m_a == -INFINITY ? 0.0f : m_a;
+      const float use_b = m_b == -INFINITY ? 0.0f : m_b;
+      corr_a[r] = fast_exp2(m_row[r] - use_a);
+      corr_b[r] = fast_exp2(m_a - use_b);
+      m_row[r] = m_b;
+      float sum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
-        const float p0 = fast_exp2(fmaf(s[4 * nb + 2 * r], sl2, -m_use));
-        const float p1 = fast_exp2(fmaf(s[4 * nb + 2 * r + 1], sl2, -m_use));
-        s[4 * nb + 2 * r] = p0;
-        s[4 * nb + 2 * r + 1] = p1;
-        sum += p0 + p1;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float m_use = h == 0 ? use_a : use_b;
+          const float p0 = fast_exp2(fmaf(s[32 * h + 4 * nb + 2 * r], sl2, -m_use));
+          const float p1 = fast_exp2(fmaf(s[32 * h + 4 * nb + 2 * r + 1], sl2, -m_use));
+          s[32 * h + 4 * nb + 2 * r] = p0;
+          s[32 * h + 4 * nb + 2 * r + 1] = p1;
+          sum[h] += p0 + p1;
+        }
       }
-      l_row[r] = l_row[r] * corr[r] + sum;
+      l_row[r] = (l_row[r] * corr_a[r] + sum[0]) * corr_b[r] + sum[1];
     }
   };
-  auto to_operand = [&]() {
+  auto pack = [&](int h, uint32_t(&p)[16]) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) pa[i] = Wgmma<T>::pack(s[2 * i], s[2 * i + 1]);
+    for (int i = 0; i < 16; ++i) p[i] = Wgmma<T>::pack(s[32 * h + 2 * i], s[32 * h + 2 * i + 1]);
+  };
+  // O = O * corr. Once a row's running max settles its factor is exactly 1; skipping the
+  // multiplications when a whole warp's are changes no bit.
+  auto rescale = [&](const float(&corr)[2]) {
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+    }
+  };
+  // Waits for V block vb of the stream.
+  auto v_wait = [&](int vb) { mbar_wait(ring.v_full(vb % kVsaVSlots), (vb / kVsaVSlots) & 1); };
+
+  // Stage j, with S_j computed and P_b V_b of stage j - 1 in flight. The tensor pipe gets
+  // P_a V_a (j), S_{j+1} and P_b V_b (j) back to back, while this warpgroup rescales O between
+  // them and then runs the next softmax under P_b V_b (j).
+  int ra = 0, rb = 0;  // real key counts of the current stage's blocks
+  auto stage = [&](int j, auto last_tag) {
+    constexpr bool last = decltype(last_tag)::value;
+    softmax(ra, rb);
+    pack(0, pa);
+    wgmma_wait<0>();  // P_b V_b of stage j - 1: pb is free again
+    fence_regs(o);
+    fence_regs(pb);
+    pack(1, pb);
+    // Every wait before the next wgmma group: a wait (a spin loop) between chains puts the later
+    // ones on a path the compiler cannot prove uniform, and it then serializes them (C7520).
+    v_wait(2 * j);
+    v_wait(2 * j + 1);
+    int ra_next = 0, rb_next = 0;
+    if constexpr (!last) {
+      const int st = (j + 1) & 1;
+      mbar_wait(ring.k_full(st), ((j + 1) >> 1) & 1);
+      // The counts are read before the stage is released (the producer then reuses the slots).
+      ra_next = rows_slot[2 * st];
+      rb_next = rows_slot[2 * st + 1];
+    }
+    if (j > 0) mbar_arrive(ring.v_empty((2 * j - 1) % kVsaVSlots));
+    rescale(corr_a);
+    fence_regs(o);
+    fence_regs(pa);
+    fence_regs(pb);
+    fence_regs(s);
+    fence_regs(qa);
+    wgmma_fence();
+    issue_pv<T, kVsaBlock>(o, pa, ring.v_slot((2 * j) % kVsaVSlots));
+    wgmma_commit();
+    if constexpr (!last) {
+      issue_qk<T>(s, qa, ring.k_stage((j + 1) & 1));
+      wgmma_commit();
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_regs(o);
+    fence_regs(pa);
+    mbar_arrive(ring.v_empty((2 * j) % kVsaVSlots));
+    rescale(corr_b);
+    fence_regs(o);
+    wgmma_fence();
+    issue_pv<T, kVsaBlock>(o, pb, ring.v_slot((2 * j + 1) % kVsaVSlots));
+    wgmma_commit();
+    if constexpr (!last) {
+      wgmma_wait<1>();  // S_{j+1}
+      fence_regs(s);
+      mbar_arrive(ring.k_empty((j + 1) & 1));
+      ra = ra_next;
+      rb = rb_next;
+    } else {
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pb);
+      mbar_arrive(ring.v_empty((2 * j + 1) % kVsaVSlots));
+    }
   };
 
-  const uint32_t q_base = sQ(c);
-  mbar_wait(bar_q(c), 0);
-  float corr[2];
-  if (n_blocks > 0) {
-    mbar_wait(bar_k(c, 0), 0);
+  if (n_stages > 0) {
+    mbar_wait(ring.k_full(0), 0);
+    ra = rows_slot[0];
+    rb = rows_slot[1];
+    fence_regs(qa);
     wgmma_fence();
-    issue_qk64<T>(s, q_base, sK(c, 0));
+    issue_qk<T>(s, qa, ring.k_stage(0));
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
-    softmax(0, corr);
-    to_operand();
-  }
-  for (int j = 1; j < n_blocks; ++j) {
-    const int st = j % kVsaStages, prev = (j - 1) % kVsaStages;
-    // Both waits before the first wgmma: a wait (a spin loop) between the two chains puts the
-    // second on a path the compiler cannot prove uniform, and it then serializes them (C7520).
-    // V of block j - 1 came with K of block j - 1, so waiting for it here costs nothing.
-    mbar_wait(bar_k(c, st), (j / kVsaStages) & 1);
-    mbar_wait(bar_v(c, prev), ((j - 1) / kVsaStages) & 1);
-    fence_regs(o);
-    fence_regs(pa);
-    wgmma_fence();
-    issue_qk64<T>(s, q_base, sK(c, st));
-    wgmma_commit();
-    issue_pv<T, kVsaKeys>(o, pa, sV(c, prev));
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_regs(s);
-    softmax(j, corr);
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-    mbar_arrive(bar_empty(c, prev));
-#pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
-    to_operand();
-  }
-  if (n_blocks > 0) {
-    const int last = (n_blocks - 1) % kVsaStages;
-    mbar_wait(bar_v(c, last), ((n_blocks - 1) / kVsaStages) & 1);
-    fence_regs(o);
-    fence_regs(pa);
-    wgmma_fence();
-    issue_pv<T, kVsaKeys>(o, pa, sV(c, last));
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-    mbar_arrive(bar_empty(c, last));
+    mbar_arrive(ring.k_empty(0));
+    for (int j = 0; j + 1 < n_stages; ++j) stage(j, std::false_type{});
+    stage(n_stages - 1, std::true_type{});
   }
 
   // Store: fine = round(o / l); with a gate, out = round(fine + round(round(out_c) * g)).
@@ -301,33 +460,33 @@ __device__ __forceinline__ void vsa_consume(const VsaKernelArgs& a, uint32_t bas
 
 template <typename T>
 __global__ void __launch_bounds__(kVsaThreads, 1)
-    vsa_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                      const __grid_constant__ CUtensorMap map_v, const VsaKernelArgs a) {
+    vsa_hopper_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                      const VsaKernelArgs a) {
 #ifdef H3_HOPPER_ATTN_DEVICE
   using namespace hp::detail;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t meta = base + kVsaConsumers * kVsaConsumerBytes;
-  unsigned char* meta_ptr = smem_raw + (meta - raw);
-
-  // Consumer c's buffers and barriers.
-  auto sQ = [&](int c) { return base + c * kVsaConsumerBytes; };
-  auto sK = [&](int c, int s) { return sQ(c) + kVsaQBytes + s * kVsaTileBytes; };
-  auto sV = [&](int c, int s) { return sQ(c) + kVsaQBytes + (kVsaStages + s) * kVsaTileBytes; };
-  auto bar_q = [&](int c) { return meta + c * kVsaBarBytes; };
-  auto bar_k = [&](int c, int s) { return bar_q(c) + 8u * (1 + s); };
-  auto bar_v = [&](int c, int s) { return bar_q(c) + 8u * (1 + kVsaStages + s); };
-  auto bar_empty = [&](int c, int s) { return bar_q(c) + 8u * (1 + 2 * kVsaStages + s); };
-  volatile int* rows_slot = reinterpret_cast<volatile int*>(meta_ptr + kVsaConsumers * kVsaBarBytes);
+  auto ring_of = [&](int c) {
+    Ring r;
+    r.k = base + c * kVsaConsumerBytes;
+    r.v = r.k + kVsaKBytes;
+    r.bars = meta + c * kVsaMetaPerConsumer;
+    r.rows = reinterpret_cast<int*>(smem_raw + (r.bars + 8 * kVsaBarCount - raw));
+    return r;
+  };
 
   if (threadIdx.x == 0) {
     for (int c = 0; c < kVsaConsumers; ++c) {
-      mbar_init(bar_q(c), 1);
-      for (int s = 0; s < kVsaStages; ++s) {
-        mbar_init(bar_k(c, s), 1);
-        mbar_init(bar_v(c, s), 1);
-        mbar_init(bar_empty(c, s), 128);
+      const Ring r = ring_of(c);
+      for (int st = 0; st < 2; ++st) {
+        mbar_init(r.k_full(st), 1);
+        mbar_init(r.k_empty(st), 128);
+      }
+      for (int s = 0; s < kVsaVSlots; ++s) {
+        mbar_init(r.v_full(s), 1);
+        mbar_init(r.v_empty(s), 128);
       }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -336,56 +495,24 @@ __global__ void __launch_bounds__(kVsaThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    const int c = threadIdx.x / 32;  // warp c serves consumer c
-    // A lambda, so that its early returns end this warp's work but leave the kernel one exit.
-    auto produce = [&]() {
-      Job job;
-      if (!job_of(a, c, job)) return;
-      const int lane = threadIdx.x & 31;
-      const int E = a.E;
-      if (lane == 0) {
-        mbar_expect_tx(bar_q(c), kVsaQBytes);
-        const int qrow = job.tile * E + job.q_local;
-        tma_load_3d(sQ(c), &map_q, 0, qrow, job.head, bar_q(c));
-        tma_load_3d(sQ(c) + kVsaQBytes / 2, &map_q, 64, qrow, job.head, bar_q(c));
-      }
-      int j = 0;  // block counter of the stream
-      for (int x0 = 0; x0 < job.count; x0 += 32) {
-        int my_tile = 0, my_size = 0;
-        if (x0 + lane < job.count) {
-          my_tile = a.lists ? a.lists[job.lrow * a.n + x0 + lane] : x0 + lane;
-          my_size = a.sizes[my_tile];
-        }
-        const int m = min(32, job.count - x0);
-        for (int e = 0; e < m; ++e) {
-          const int tile = __shfl_sync(0xffffffffu, my_tile, e);
-          const int size = __shfl_sync(0xffffffffu, my_size, e);
-          for (int b = 0; b < size; b += kVsaKeys, ++j) {
-            const int st = j % kVsaStages;
-            if (j >= kVsaStages) mbar_wait(bar_empty(c, st), ((j / kVsaStages) - 1) & 1);
-            if (lane == 0) {
-              rows_slot[c * kVsaStages + st] = min(kVsaKeys, size - b);
-              const int row = tile * E + b;
-              mbar_expect_tx(bar_k(c, st), kVsaTileBytes);
-              tma_load_3d(sK(c, st), &map_k, 0, row, job.head, bar_k(c, st));
-              tma_load_3d(sK(c, st) + kVsaTileBytes / 2, &map_k, 64, row, job.head, bar_k(c, st));
-              mbar_expect_tx(bar_v(c, st), kVsaTileBytes);
-              tma_load_3d(sV(c, st), &map_v, 0, row, job.head, bar_v(c, st));
-              tma_load_3d(sV(c, st) + kVsaTileBytes / 2, &map_v, 64, row, job.head, bar_v(c, st));
-            }
-            __syncwarp();
-          }
-        }
-      }
-    };
-    if (c < kVsaConsumers) produce();
-  } else if (warpgroup == 1) {
-    vsa_consume<T, 0>(a, base, meta, rows_slot);
+    // The producer needs few registers; the consumers' Q fragments, O, S and P need more than an
+    // even split of the register file leaves them (168).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    const int w = threadIdx.x / 32, c = w >> 1;
+    if (w & 1) {
+      vsa_produce<1>(a, c, ring_of(c), &map_v);
+    } else {
+      vsa_produce<0>(a, c, ring_of(c), &map_k);
+    }
   } else {
-    vsa_consume<T, 1>(a, base, meta, rows_slot);
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    if (warpgroup == 1) {
+      vsa_consume<T, 0>(a, ring_of(0));
+    } else {
+      vsa_consume<T, 1>(a, ring_of(1));
+    }
   }
 #else
-  (void)map_q;
   (void)map_k;
   (void)map_v;
   (void)a;
@@ -414,7 +541,7 @@ __global__ void vsa_block_counts_kernel(const int* lists, const int* counts, con
   int total = 0;
   for (int x = lane; x < count; x += 32) {
     const int t = lists ? lists[row * n + x] : x;
-    total += (sizes[t] + kVsaKeys - 1) / kVsaKeys;
+    total += (sizes[t] + kVsaBlock - 1) / kVsaBlock;
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
@@ -446,12 +573,13 @@ void vsa_hopper_fine(const VsaHopperParams& p, cudaStream_t stream) {
       p.lists, p.counts, p.sizes, p.n, list_rows, p.blocks);
   check_launch("vsa_block_counts");
 
-  CUtensorMap mq, mk, mv;
-  for (auto [map, ptr, name] : {std::tuple{&mq, p.tq, "q"}, std::tuple{&mk, p.tk, "k"}, std::tuple{&mv, p.tv, "v"}}) {
-    const char* e = hp::make_map(map, ptr, rows, p.heads, row_stride, D, p.f16, kVsaKeys);
+  CUtensorMap mk, mv;
+  for (auto [map, ptr, name] : {std::tuple{&mk, p.tk, "k"}, std::tuple{&mv, p.tv, "v"}}) {
+    const char* e = hp::make_map(map, ptr, rows, p.heads, row_stride, D, p.f16, kVsaBlock);
     H3_CHECK(e == nullptr, ErrorCode::kInternal, "vsa_attention (Hopper fine kernel), tiled ", name, ": ", e);
   }
   VsaKernelArgs a{};
+  a.tq = p.tq;
   a.g = p.g;
   a.out_c = p.out_c;
   a.o = p.o;
@@ -481,7 +609,7 @@ void vsa_hopper_fine(const VsaHopperParams& p, cudaStream_t stream) {
   if (ctas == 0) return;
   auto kernel = p.f16 ? vsa_hopper_kernel<__half> : vsa_hopper_kernel<__nv_bfloat16>;
   H3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kVsaSmemBytes));
-  kernel<<<static_cast<unsigned>(ctas), kVsaThreads, kVsaSmemBytes, stream>>>(mq, mk, mv, a);
+  kernel<<<static_cast<unsigned>(ctas), kVsaThreads, kVsaSmemBytes, stream>>>(mk, mv, a);
   check_launch("vsa_hopper_fine");
 }
 
