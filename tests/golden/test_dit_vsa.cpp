@@ -30,22 +30,7 @@ constexpr double kOutMeanAbs = 3e-3;
 // plus the same kernel-choice noise, as a fraction of max |ref|.
 constexpr double kBlockRelMax = 2e-2;
 
-const json* vsa_manifest(std::string* why) {
-  static json manifest;
-  static bool loaded = false, ok = false;
-  if (!loaded) {
-    loaded = true;
-    std::ifstream in(fs::path(test::golden_dir()) / "vsa" / "manifest.json");
-    if (in) {
-      manifest = json::parse(in);
-      ok = true;
-    }
-  }
-  if (!ok) *why = "no VSA golden manifest at " + test::golden_dir() + "/vsa/manifest.json";
-  return ok ? &manifest : nullptr;
-}
-
-std::string vsa_path(const std::string& rel) { return test::golden_dir() + "/vsa/" + rel; }
+using test::vsa_path;
 
 struct AbsStats {
   double max_abs = 0.0, mean_abs = 0.0;
@@ -117,12 +102,7 @@ dit::DitInputs read_inputs(const io::SafetensorsFile& f) {
 }
 
 TEST(GoldenDitVsa, FastH3RunsMatchReference) {
-  std::string why;
-  const json* manifest = vsa_manifest(&why);
-  if (!manifest) {
-    if (test::golden_required()) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   ASSERT_TRUE((*manifest)["cases"].contains("dit")) << "VSA manifest has no cases.dit";
   int runs_checked = 0;
   for (const json& c : (*manifest)["cases"]["dit"]) {

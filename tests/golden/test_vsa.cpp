@@ -17,32 +17,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// The VSA folder and its manifest; null (with the reason in *why) when absent.
-const json* vsa_manifest(std::string* why) {
-  static json manifest;
-  static bool loaded = false, ok = false;
-  if (!loaded) {
-    loaded = true;
-    const fs::path p = fs::path(test::golden_dir()) / "vsa" / "manifest.json";
-    std::ifstream in(p);
-    if (in) {
-      manifest = json::parse(in);
-      ok = true;
-    }
-  }
-  if (!ok) *why = "no VSA golden manifest at " + test::golden_dir() + "/vsa/manifest.json";
-  return ok ? &manifest : nullptr;
-}
-
-#define VSA_MANIFEST_OR_SKIP(var)                                       \
-  std::string var##_why;                                                \
-  const json* var = vsa_manifest(&var##_why);                           \
-  if (!var) {                                                           \
-    if (test::golden_required()) FAIL() << var##_why;                   \
-    GTEST_SKIP() << var##_why;                                          \
-  }
-
-std::string vsa_path(const std::string& rel) { return test::golden_dir() + "/vsa/" + rel; }
+using test::vsa_path;
 
 std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
 
@@ -58,7 +33,7 @@ void expect_vec_eq(const std::string& what, const std::vector<int64_t>& got,
 }
 
 TEST(GoldenVsa, MetadataMatchesReference) {
-  VSA_MANIFEST_OR_SKIP(manifest);
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   const json& meta = (*manifest)["cases"]["metadata"];
   std::ifstream in(vsa_path(meta["file"].get<std::string>()));
   ASSERT_TRUE(in) << "missing " << meta["file"];
@@ -173,7 +148,7 @@ void expect_bf16_bound(const std::string& name, const Tensor& got, const Tensor&
 }
 
 TEST(GoldenVsa, AttentionCasesMatchReference) {
-  VSA_MANIFEST_OR_SKIP(manifest);
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   const json& list = (*manifest)["cases"]["attention"];
   if (list.empty()) GTEST_SKIP() << "no VSA attention cases";
   for (const json& c : list) {

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "ops/cuda/attention_cuda.h"
 #include "ops/ops.h"
+#include "support/scoped_env.h"
 
 namespace h3 {
 namespace {
@@ -56,27 +57,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
 
-// Sets an environment variable for the scope of one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using ::h3::test::ScopedEnv;
 
 TEST(CudaFusion, RmsNormModulateSwitchRestoresPlainPath) {
   H3_REQUIRE_CUDA();

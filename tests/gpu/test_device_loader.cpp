@@ -16,6 +16,7 @@
 #include "io/cufile.h"
 #include "io/device_loader.h"
 #include "io/safetensors.h"
+#include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
 namespace h3::io {
@@ -131,28 +132,7 @@ TEST(DeviceLoaderGpu, TruncatedFileFailsCleanlyAndTheLoaderStaysUsable) {
   EXPECT_THROW(loader.load(ck, {{"missing.weight", {}}}), Error);
 }
 
-// Sets an environment variable for a scope, restoring the previous value (or its absence).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    had_ = old != nullptr;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using ::h3::test::ScopedEnv;
 
 // Counts tensors whose device bytes differ from the file's.
 int count_mismatches(const Checkpoint& ck, const std::vector<LoadItem>& items,

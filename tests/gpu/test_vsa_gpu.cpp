@@ -28,30 +28,7 @@ namespace fs = std::filesystem;
 #define H3_REQUIRE_CUDA() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine"
 
-const json* vsa_manifest(std::string* why) {
-  static json manifest;
-  static bool loaded = false, ok = false;
-  if (!loaded) {
-    loaded = true;
-    std::ifstream in(fs::path(test::golden_dir()) / "vsa" / "manifest.json");
-    if (in) {
-      manifest = json::parse(in);
-      ok = true;
-    }
-  }
-  if (!ok) *why = "no VSA golden manifest at " + test::golden_dir() + "/vsa/manifest.json";
-  return ok ? &manifest : nullptr;
-}
-
-#define VSA_MANIFEST_OR_SKIP(var)                     \
-  std::string var##_why;                              \
-  const json* var = vsa_manifest(&var##_why);         \
-  if (!var) {                                         \
-    if (test::golden_required()) FAIL() << var##_why; \
-    GTEST_SKIP() << var##_why;                        \
-  }
-
-std::string vsa_path(const std::string& rel) { return test::golden_dir() + "/vsa/" + rel; }
+using test::vsa_path;
 std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
 Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
 
@@ -85,7 +62,7 @@ void expect_bf16_bound(const std::string& name, const Tensor& got, const Tensor&
 
 TEST(GpuVsaGolden, AttentionCasesMatchReference) {
   H3_REQUIRE_CUDA();
-  VSA_MANIFEST_OR_SKIP(manifest);
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   const json& list = (*manifest)["cases"]["attention"];
   if (list.empty()) GTEST_SKIP() << "no VSA attention cases";
   const Device dev = Device::cuda(0);
@@ -144,7 +121,7 @@ TEST(GpuVsaGolden, AttentionCasesMatchReference) {
 // margins might hide.
 TEST(GpuVsaGolden, MatchesCpuOracleOnGoldenInputs) {
   H3_REQUIRE_CUDA();
-  VSA_MANIFEST_OR_SKIP(manifest);
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   const Device dev = Device::cuda(0);
   for (const json& c : (*manifest)["cases"]["attention"]) {
     if (c["dtype"].get<std::string>() == "fp32") continue;
@@ -214,7 +191,7 @@ void expect_output(const std::string& name, const Tensor& got, const Tensor& ref
 
 TEST(GpuVsaGolden, FastH3DitOnCuda) {
   H3_REQUIRE_CUDA();
-  VSA_MANIFEST_OR_SKIP(manifest);
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
   ASSERT_TRUE((*manifest)["cases"].contains("dit")) << "VSA manifest has no cases.dit";
   int runs = 0;
   for (const json& c : (*manifest)["cases"]["dit"]) {

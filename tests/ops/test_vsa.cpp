@@ -15,6 +15,7 @@
 #include "ops/cuda/vsa_cuda.h"
 #include "ops/ops.h"
 #include "ops/vsa.h"
+#include "support/scoped_env.h"
 
 namespace h3::test::ops {
 namespace {
@@ -163,8 +164,7 @@ TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
   const VsaShape shapes[] = {{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128},
                              {"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 128}};
-  const char* saved = std::getenv("H3_VSA_HOPPER");
-  const std::string saved_value = saved ? saved : "";
+  const ScopedEnv restore("H3_VSA_HOPPER", nullptr);  // the test sets it; the previous value comes back
   bool any_hopper = false;
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (const VsaShape& s : shapes) {
@@ -192,11 +192,6 @@ TEST(VsaCuda, HopperFineKernelMatchesMmaSyncKernel) {
       }
     }
   }
-  if (saved) {
-    ::setenv("H3_VSA_HOPPER", saved_value.c_str(), 1);
-  } else {
-    ::unsetenv("H3_VSA_HOPPER");
-  }
   if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
 }
 
@@ -207,8 +202,7 @@ TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
   const VsaShape shapes[] = {{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128},
                              {"fl2va", {13, 260, 42}, {9, 10, 13}, 256, 3, 128}};
-  const char* saved = std::getenv("H3_VSA_HOPPER_ORDER");
-  const std::string saved_value = saved ? saved : "";
+  const ScopedEnv restore("H3_VSA_HOPPER_ORDER", nullptr);  // the test sets it; the previous value comes back
   bool any_hopper = false;
   for (const VsaShape& s : shapes) {
     for (bool gate : {false, true}) {
@@ -230,11 +224,6 @@ TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
       EXPECT_EQ(m.nonfinite, 0);
     }
   }
-  if (saved) {
-    ::setenv("H3_VSA_HOPPER_ORDER", saved_value.c_str(), 1);
-  } else {
-    ::unsetenv("H3_VSA_HOPPER_ORDER");
-  }
   if (!any_hopper) std::printf("[vsa cuda] the Hopper fine kernel is not eligible on this device/build\n");
 }
 
@@ -245,8 +234,7 @@ TEST(VsaCuda, HopperJobOrderDoesNotChangeResult) {
 TEST(VsaCuda, TopkRadixSelectEqualsSort) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine";
   const VsaShape s{"fl2va", {13, 260, 42}, {9, 10, 13}, 64, 3, 128};
-  const char* saved = std::getenv("H3_VSA_TOPK");
-  const std::string saved_value = saved ? saved : "";
+  const ScopedEnv restore("H3_VSA_TOPK", nullptr);  // the test sets it; the previous value comes back
   for (h3::ops::VsaMode mode : {h3::ops::VsaMode::kExempt, h3::ops::VsaMode::kCompete}) {
     for (double sparsity : {0.5, 0.9}) {
       SCOPED_TRACE(std::string(mode == h3::ops::VsaMode::kExempt ? "exempt" : "compete") + " sparsity " +
@@ -276,11 +264,6 @@ TEST(VsaCuda, TopkRadixSelectEqualsSort) {
         EXPECT_EQ(mo.nonfinite, 0) << other;
       }
     }
-  }
-  if (saved) {
-    ::setenv("H3_VSA_TOPK", saved_value.c_str(), 1);
-  } else {
-    ::unsetenv("H3_VSA_TOPK");
   }
 }
 

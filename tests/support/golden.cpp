@@ -29,6 +29,23 @@ bool golden_required() {
   return env && std::strcmp(env, "1") == 0;
 }
 
+const nlohmann::json* vsa_manifest(std::string* why) {
+  static nlohmann::json manifest;
+  static bool loaded = false, ok = false;
+  if (!loaded) {
+    loaded = true;
+    std::ifstream in(std::filesystem::path(golden_dir()) / "vsa" / "manifest.json");
+    if (in) {
+      manifest = nlohmann::json::parse(in);
+      ok = true;
+    }
+  }
+  if (!ok) *why = "no VSA golden manifest at " + golden_dir() + "/vsa/manifest.json";
+  return ok ? &manifest : nullptr;
+}
+
+std::string vsa_path(const std::string& rel) { return golden_dir() + "/vsa/" + rel; }
+
 std::shared_ptr<io::SafetensorsFile> GoldenCase::open() const {
   H3_CHECK(path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0,
            ErrorCode::kInvalidArgument, "golden case '", file, "' (kind ", kind,

@@ -44,6 +44,11 @@ class Golden {
 std::string golden_dir();
 bool golden_required();  // H3_REQUIRE_GOLDEN=1
 
+// The VSA golden folder ($H3_GOLDEN_DIR/vsa, its own manifest): the parsed manifest, or null with
+// the reason in *why when absent; and a path inside the folder.
+const nlohmann::json* vsa_manifest(std::string* why);
+std::string vsa_path(const std::string& rel);
+
 struct Metrics {
   double max_abs = 0;
   double rel_max = 0;  // max|a-ref| / max|ref|
@@ -87,3 +92,13 @@ void expect_bits_equal(const std::string& name, const Tensor& got, const Tensor&
   const std::vector<::h3::test::GoldenCase> var = var##_golden->cases(kind);                   \
   if (var.empty()) GTEST_SKIP() << "golden folder has no case of kind '" << (kind) << "'";    \
   std::printf("[golden] kind '%s': %zu case(s)\n", std::string(kind).c_str(), var.size())
+
+// Fetches the VSA manifest into `var`; when it is missing, fails under H3_REQUIRE_GOLDEN=1 and
+// otherwise skips with the reason.
+#define H3_VSA_MANIFEST_OR_SKIP(var)                         \
+  std::string var##_why;                                     \
+  const nlohmann::json* var = ::h3::test::vsa_manifest(&var##_why); \
+  if (!var) {                                                \
+    if (::h3::test::golden_required()) FAIL() << var##_why;  \
+    GTEST_SKIP() << var##_why;                               \
+  }

@@ -15,6 +15,7 @@
 #include "io/cufile.h"
 #include "io/device_loader.h"
 #include "io/safetensors.h"
+#include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
 namespace h3::io {
@@ -176,28 +177,7 @@ TEST(DeviceLoader, CudaTargetWithoutCudaIsUnsupported) {
   }
 }
 
-// Sets an environment variable for a scope, restoring the previous value (or its absence).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    had_ = old != nullptr;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using ::h3::test::ScopedEnv;
 
 TEST(DeviceLoader, MissingCufileLibraryIsReportedNotFatal) {
   const std::string missing = "/nonexistent/h3-test/libcufile.so.0";

@@ -105,37 +105,6 @@ struct Ring {
 
 #ifdef H3_HOPPER_ATTN_DEVICE
 
-// S += Q K^T for one 16-wide k-step over 128 keys: A (Q) from registers, B (K, K-major) from
-// shared memory.
-#define H3_VSA_WGMMA_RS_N128(TYPE)                                                                            \
-  asm volatile(                                                                                               \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                            \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                        \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                               \
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                                      \
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                                      \
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),        \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),             \
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),             \
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),             \
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),             \
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),             \
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),             \
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                           \
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d))
-
-__device__ __forceinline__ void wgmma_rs_qk(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint64_t desc_b, int scale_d, __nv_bfloat16*) {
-  H3_VSA_WGMMA_RS_N128("bf16");
-}
-__device__ __forceinline__ void wgmma_rs_qk(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint64_t desc_b, int scale_d, __half*) {
-  H3_VSA_WGMMA_RS_N128("f16");
-}
-#undef H3_VSA_WGMMA_RS_N128
-
 // S = Q K^T over the 128 keys of a K stage. qa holds Q in the A-fragment layout, 4 registers per
 // k-step; a k-step inside a dim half moves 32 bytes, the next dim half is kVsaKHalfBytes on, the
 // next 8 keys 1024 bytes on (two slots in a row are one 128-row operand).
@@ -144,8 +113,8 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], const uint32_t (&qa)[32
 #pragma unroll
   for (int ks = 0; ks < hp::kHeadDim / 16; ++ks) {
     const uint32_t off = (ks >> 2) * kVsaKHalfBytes + (ks & 3) * 32;
-    wgmma_rs_qk(s, qa[4 * ks], qa[4 * ks + 1], qa[4 * ks + 2], qa[4 * ks + 3],
-                hp::detail::make_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0, static_cast<T*>(nullptr));
+    const uint32_t a[4] = {qa[4 * ks], qa[4 * ks + 1], qa[4 * ks + 2], qa[4 * ks + 3]};
+    hp::detail::Wgmma<T>::rs_k(s, a, hp::detail::make_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0);
   }
 }
 
