@@ -10,8 +10,14 @@ build=${H3_DEVICE_BUILD_DIR:-$root/build-device}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 stage=$root/.device
 
+# ccache, when installed, keeps rebuilds after small changes short (the CUDA sources dominate).
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3_CUDA=ON -DH3_FFMPEG=OFF \
-  -DH3_OPENBLAS=OFF -DH3_STATIC_DEPS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DH3_WERROR=ON >/dev/null
+  -DH3_OPENBLAS=OFF -DH3_STATIC_DEPS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DH3_WERROR=ON \
+  "${launcher[@]}" >/dev/null
 
 # Only the test tiers that exist (a tier without sources has no target).
 # H3_DEVICE_TARGETS (space separated) narrows the tiers, e.g. "h3_backend_ops h3_gpu_tests".

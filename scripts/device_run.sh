@@ -6,7 +6,10 @@
 #   3. compute-sanitizer memcheck over the CUDA backend-ops cases and racecheck over two small
 #      gpu tests that use shared memory (when compute-sanitizer is installed).
 #   4. the model benchmarks (`h3 bench dit|vae|vsa`) and the load benchmark (`h3 bench load`);
-#   5. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
+#   5. "e2e": `h3 bench e2e` on a released-shape repository (sparse files, random weights filled
+#      on the device) at 1344x768x124: FastH3 with gates, a first and a warm generation; the dense
+#      preset for seconds per forward; `h3 bench dit` at the same rows for the loop's overhead.
+#   6. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
 #      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
 #      fine kernel.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize").
@@ -75,6 +78,48 @@ if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
     run bench_vsa_256 120 "$bin/h3" bench vsa --tile 256
     grep -E "whole op|fine branch" "$out/bench_vsa_256.log" | sed 's/^/tile 256 /' >>"$summary"
   fi
+fi
+# The whole path at full size (H3_E2E_DENSE_STEPS: sigma points of the dense run, default 4 =
+# 3 forwards; every forward is the same work, so seconds per forward need no 49-forward run).
+if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
+  model=${H3_E2E_MODEL:-/tmp/h3-released-fasth3}
+  [ -d "$model" ] || "$bin/h3" make-tiny --released-shapes --fasth3 "$model" >"$out/make_released.log" 2>&1
+  for e in ${H3_E2E_ENVS:-none}; do
+    tag=${e//[^A-Za-z0-9]/_}
+    envs=(); [ "$e" != none ] && envs=(${e//,/ })
+    env "${envs[@]}" "$bin/h3" bench e2e --model "$model" --device cuda --preset fasth3 --repeat 2 \
+      --json >"$out/e2e_fasth3_$tag.json" 2>"$out/e2e_fasth3_$tag.log"
+    note "e2e fasth3 ($e): rc=$?"
+    python3 - "$out/e2e_fasth3_$tag.json" <<'PY' | tee -a "$summary"
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))
+except Exception as ex:
+    print("  (no JSON: %s)" % ex); sys.exit(0)
+for g in runs:
+    st = g["stages"]
+    print("  gen %d: %s | loaded %.2f GB | %.2f ms/block | peak %.2f GiB | stage peaks %s | %s" % (
+        g["generation"], ", ".join("%s %.0f" % (k, v) for k, v in st.items() if v is not None),
+        g["loaded_bytes"] / 1e9, g["ms_per_block"], g["peak_device_bytes"] / 2**30,
+        {k: round(v / 2**30, 2) for k, v in g["stage_peak_device_bytes"].items()},
+        g["plan"]["decision"][:200]))
+    print("         load GB/s: %s" % {k: round(v, 1) for k, v in g["load_gb_per_s"].items()})
+PY
+  done
+  rows=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['packed_rows'])" "$out/e2e_fasth3_none.json" 2>/dev/null || echo 0)
+  text=$((rows - 414 - 37296))
+  if [ "$text" -gt 0 ]; then
+    run bench_dit_vsa 200 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --text-rows "$text"
+    grep -E "ms per block|mean|block" "$out/bench_dit_vsa.log" | head -8 | tee -a "$summary"
+  fi
+  "$bin/h3" bench e2e --model "$model" --device cuda --preset dense --steps "${H3_E2E_DENSE_STEPS:-4}" \
+    --repeat 1 --json >"$out/e2e_dense.json" 2>"$out/e2e_dense.log"
+  note "e2e dense: rc=$?"
+  python3 -c "
+import json,sys
+g=json.load(open(sys.argv[1]))[0]
+print('  dense: %d forwards, denoise %.0f ms = %.2f s per forward, %.2f ms/block' % (g['dit_forwards'], g['stages']['denoise'], g['stages']['denoise']/g['dit_forwards']/1000, g['ms_per_block']))
+" "$out/e2e_dense.json" 2>&1 | tee -a "$summary"
 fi
 # VSA variants at the production geometry (fine-branch studies): H3_VSA_ENVS lists extra
 # environment settings to compare, each "NAME=VALUE[,NAME=VALUE]" (default none).

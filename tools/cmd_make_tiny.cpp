@@ -27,12 +27,14 @@ int run_make_tiny(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: h3 make-tiny DIR [--seed N] [--released-shapes] [--force]\n\n"
+          "usage: h3 make-tiny DIR [--seed N] [--released-shapes] [--fasth3] [--force]\n\n"
           "Writes a MiniMax-H3 repository (all nine components) with deterministic random\n"
           "weights into DIR, which must not exist or be empty (or, with --force, hold an\n"
           "earlier MiniMax-H3 repository, replaced once the new one is complete).\n\n"
           "  --seed N            weight seed (default 0); equal seeds give identical files\n"
           "  --released-shapes   full-size layout as sparse files (exact headers, no data)\n"
+          "  --fasth3            add the FastH3 student's VSA gates to transformer/ (the\n"
+          "                      engine then runs it with the fasth3 preset)\n"
           "  --force             replace an existing MiniMax-H3 repository in DIR\n");
       return 0;
     }
@@ -45,6 +47,8 @@ int run_make_tiny(const std::vector<std::string>& args) {
       opt.force = true;
     } else if (a == "--released-shapes") {
       opt.released_shapes = true;
+    } else if (a == "--fasth3") {
+      opt.fasth3 = true;
     } else if (!a.empty() && a[0] == '-') {
       h3::fail(h3::ErrorCode::kInvalidArgument, "unknown option '", a,
                "' (see h3 make-tiny --help)");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace h3 {
@@ -48,6 +49,11 @@ void cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
 // Returns the pool's unused blocks to the driver (after a component is released, so that other
 // processes, and cudaMemGetInfo, see the memory as free).
 void cuda_release_cached(int device);
+// The pool's high-water mark of bytes in use since the last reset: the peak a stage needed
+// (weights included), which benchmarks set beside the memory plan's estimates. 0 without the pool
+// (H3_CUDA_POOL=0) or CUDA. The reset lowers the mark to what is in use now.
+uint64_t cuda_pool_peak_bytes(int device);
+void cuda_pool_reset_peak(int device);
 // Host memory that is page-locked for fast, asynchronous copies.
 void* cuda_host_alloc(size_t bytes);
 void cuda_host_free(void* ptr) noexcept;

@@ -127,6 +127,27 @@ void cuda_release_cached(int device) {
   cudaGetLastError();
 }
 
+uint64_t cuda_pool_peak_bytes(int device) {
+  if (!use_pool() || device < 0 || device >= kMaxDevices) return 0;
+  cudaMemPool_t p = pool_of(device);
+  uint64_t high = 0;
+  if (!p || cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemHigh, &high) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return high;
+}
+
+void cuda_pool_reset_peak(int device) {
+  if (!use_pool() || device < 0 || device >= kMaxDevices) return;
+  cudaMemPool_t p = pool_of(device);
+  if (!p) return;
+  // The only value the attribute accepts is 0, which resets it to the current use.
+  uint64_t zero = 0;
+  cudaMemPoolSetAttribute(p, cudaMemPoolAttrUsedMemHigh, &zero);
+  cudaGetLastError();
+}
+
 void* cuda_host_alloc(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMallocHost(&p, bytes);

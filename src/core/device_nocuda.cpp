@@ -14,6 +14,8 @@ void* cuda_malloc(size_t, int) { no_cuda(); }
 void cuda_free(void*, int) noexcept {}
 void cuda_memory_info(int, size_t*, size_t*) { no_cuda(); }
 void cuda_release_cached(int) {}
+uint64_t cuda_pool_peak_bytes(int) { return 0; }
+void cuda_pool_reset_peak(int) {}
 void* cuda_host_alloc(size_t) { no_cuda(); }
 void cuda_host_free(void*) noexcept {}
 void cuda_copy(void*, const void*, size_t, CopyKind) { no_cuda(); }

@@ -21,6 +21,7 @@ enum class ErrorCode {
   kOutOfMemory,      // host or device allocation failed, or the memory plan does not fit
   kUnsupported,      // valid input the engine does not handle (GPU too old, dtype not implemented)
   kInternal,         // a broken invariant: a bug in h3.cpp
+  kCancelled,        // the caller asked the generation to stop (a hook said so at a boundary)
 };
 
 const char* error_code_name(ErrorCode code);

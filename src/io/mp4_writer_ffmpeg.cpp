@@ -167,8 +167,13 @@ struct Mp4Writer::Impl {
       check_av(av_frame_get_buffer(aframe.get(), 0), path, "allocating an audio frame");
       for (int ch = 0; ch < 2; ++ch) {
         float* dst = reinterpret_cast<float*>(aframe->extended_data[ch]);
-        std::memcpy(dst, audio_data + ch * row_stride + audio_pos,
-                    static_cast<size_t>(n) * sizeof(float));
+        // The reference's PCM step before its AAC encoder (h3_components_spec.md §4.8): clip to
+        // [-1, 1], int16 = trunc(x * 32767), read back as int16 / 32768. NaN becomes silence.
+        const float* src = audio_data + ch * row_stride + audio_pos;
+        for (int64_t i = 0; i < n; ++i) {
+          const float x = std::isnan(src[i]) ? 0.0f : std::clamp(src[i], -1.0f, 1.0f);
+          dst[i] = static_cast<float>(static_cast<int16_t>(x * 32767.0f)) / 32768.0f;
+        }
         std::fill(dst + n, dst + aframe->nb_samples, 0.0f);
       }
       aframe->pts = audio_pos;

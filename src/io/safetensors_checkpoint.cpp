@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
+#include "io/weight_fill.h"
 #include "io/strict_json.h"
 
 namespace h3::io {
@@ -149,7 +150,10 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
   return file_of(name).info(name);
 }
 
-Tensor Checkpoint::tensor(const std::string& name) const { return file_of(name).tensor(name); }
+Tensor Checkpoint::tensor(const std::string& name) const {
+  Tensor t = file_of(name).tensor(name);
+  return weight_fill() ? apply_weight_fill(source_, name, std::move(t)) : t;
+}
 
 uint64_t Checkpoint::total_bytes() const {
   uint64_t total = 0;

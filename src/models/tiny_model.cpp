@@ -732,8 +732,10 @@ void write_weights(const fs::path& folder, const std::string& component, const j
   const std::string stem = component == "text_encoder" ? "model" : "diffusion_pytorch_model";
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   std::vector<const TensorSpec*> specs;
+  // The only optional tensors are the FastH3 gates of the main blocks (dit_schema.cpp).
+  const bool with_gates = opt.fasth3 && component == "transformer";
   for (const auto& t : schema.tensors) {
-    if (!t.optional) specs.push_back(&t);
+    if (!t.optional || with_gates) specs.push_back(&t);
   }
   if (!opt.released_shapes) {
     std::vector<io::NamedTensor> tensors;

@@ -27,6 +27,9 @@ namespace h3::models {
 struct MakeTinyOptions {
   uint64_t seed = 0;
   bool released_shapes = false;
+  // Also write the FastH3 student's VSA gates (`attn.to_gate_compress` of every main block of
+  // transformer/), so that the engine runs the repository as FastH3 with gates.
+  bool fasth3 = false;
   // Replace an existing folder, but only one that holds a MiniMax-H3 repository (it has a
   // modular_model_index.json), so a typo cannot wipe an unrelated folder.
   bool force = false;

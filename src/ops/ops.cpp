@@ -303,6 +303,15 @@ Tensor scale(const Tensor& x, float s) {
   return cpu::scale(x, s);
 }
 
+void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
+  const Device dev = check_devices("fill_random", {{"x", &x}});
+  check_float("fill_random", "x", x);
+  H3_CHECK(x.is_contiguous(), ErrorCode::kInvalidArgument, "ops::fill_random: x ", x.desc(),
+           " must be contiguous");
+  if (dev.is_cuda()) return cuda::fill_random(x, seed, center, half_width);
+  cpu::fill_random(x, seed, center, half_width);
+}
+
 Tensor cast(const Tensor& x, DType dtype) {
   const Device dev = check_devices("cast", {{"x", &x}});
   if (dev.is_cuda()) return cuda::cast(x, dtype);

@@ -92,6 +92,10 @@ Tensor add(const Tensor& a, const Tensor& b);  // b broadcast over leading dims 
 Tensor mul(const Tensor& a, const Tensor& b);  // b broadcast over leading dims of a
 Tensor scale(const Tensor& x, float s);
 Tensor cast(const Tensor& x, DType dtype);  // round-to-nearest-even, any device
+// Overwrites a contiguous float tensor in place with seeded uniform values in
+// [center - half_width, center + half_width] (ops/random_fill.h), rounded to its dtype; the same
+// bits on every backend. Benchmarks fill random weights with it where the weights live.
+void fill_random(Tensor& x, uint64_t seed, float center, float half_width);
 
 // ---- convolution ----------------------------------------------------------------------------------
 

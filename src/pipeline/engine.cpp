@@ -25,6 +25,11 @@ dit::DitPrecision dit_precision_of(const EngineOptions& o) {
   return o.device.is_cuda() ? dit::DitPrecision::kBF16 : dit::DitPrecision::kF32;
 }
 
+DType conditioner_dtype_of(const EngineOptions& o) {
+  if (o.conditioner_dtype) return *o.conditioner_dtype;
+  return o.device.is_cuda() ? DType::kBF16 : DType::kF32;
+}
+
 video_vae::VaePrecision vae_precision_of(const EngineOptions& o) {
   if (o.vae_precision) return *o.vae_precision;
   return o.device.is_cuda() ? video_vae::VaePrecision::kF16Autocast : video_vae::VaePrecision::kF32;
@@ -80,7 +85,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.cpu_offload = options.cpu_offload;
   po.request = options.plan_request;
   po.dit_bf16 = dit_precision_of(options) == dit::DitPrecision::kBF16;
-  po.conditioner_bf16 = options.conditioner_dtype == DType::kBF16;
+  po.conditioner_bf16 = conditioner_dtype_of(options) == DType::kBF16;
   plan_ = plan_memory(repo_, po);
   check_fits(plan_);
   H3_LOG_DEBUG("memory plan: ", describe(plan_));
@@ -99,7 +104,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
   }
   LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
   l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
-                                               options_.conditioner_dtype, options_.device);
+                                               conditioner_dtype_of(options_), options_.device);
   meter.done(options_.device);
   return *l.conditioner;
 }

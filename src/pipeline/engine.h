@@ -35,7 +35,9 @@ struct EngineOptions {
   // decodes under the reference's fp16 autocast.
   std::optional<dit::DitPrecision> dit_precision;
   std::optional<video_vae::VaePrecision> vae_precision;
-  DType conditioner_dtype = DType::kF32;
+  // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
+  // reference's policy) and float32 on the CPU (the oracle).
+  std::optional<DType> conditioner_dtype;
   dit::DitAttentionBackend attention = dit::DitAttentionBackend::kDense;
   dit::DitVsaOptions vsa{};
   // What the next generations need; sizes the plan (the activations of the largest request).

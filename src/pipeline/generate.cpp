@@ -250,79 +250,150 @@ std::string resolve_workflow(const GenerateRequest& r) {
   return w;
 }
 
-GenerateResult generate(Engine& engine, const GenerateRequest& request,
-                        const GenerateOptions& options, Receipt* receipt) {
-  Receipt local_receipt;
-  Receipt& rc = receipt ? *receipt : local_receipt;
-  const GenerateInjection* inj = options.inject;
-  auto progress = [&](const std::string& stage, int64_t step, int64_t steps) {
-    if (options.on_progress) options.on_progress(stage, step, steps);
-  };
+// Everything one generation carries from stage to stage.
+struct Generation::State {
+  State(Engine& e, const GenerateRequest& r, const GenerateOptions& o, Receipt* receipt)
+      : engine(e), request(r), options(o), rc(receipt ? *receipt : own_receipt) {}
+  Engine& engine;
+  const GenerateRequest& request;
+  const GenerateOptions& options;
+  Receipt own_receipt;
+  Receipt& rc;
+  int done = 0;  // stages finished: 0 none, 1 prepare, 2 encode, 3 denoise, 4 decode
   GenerateResult result;
+  std::string workflow;
+  TargetGeometry geo;
+  PreparedMedia pm;
+  std::vector<int64_t> text_tags;
+  std::vector<Tensor> audio_cond_rows;
+  PackedLayout layout;
+  LatentGrid grid;
+  DualSchedule sched;
+  Tensor video_rows, audio_rows;
+  int64_t ncv = 0, nca = 0;
 
+  const GenerateInjection* inj() const { return options.inject; }
+  bool have_embeds() const { return inj() && inj()->prompt_embeds.defined(); }
+  void progress(const std::string& stage, int64_t step, int64_t steps) const {
+    if (options.on_progress) options.on_progress(stage, step, steps);
+  }
+  // Stops at a boundary when the caller asked for it; nothing half-done is left behind, and the
+  // engine keeps what it loaded for the next request.
+  void check_cancelled(const std::string& where) const {
+    if (options.cancelled && options.cancelled())
+      fail(ErrorCode::kCancelled, "generation cancelled ", where);
+  }
+  void enter(int stage, const char* name) {
+    H3_CHECK(done == stage - 1, ErrorCode::kInternal, "generation stage '", name,
+             "' called out of order (", done, " stages done)");
+  }
+  // Device memory high-water mark of a stage (what the memory plan's per-stage estimate is
+  // checked against): the pool's mark is reset when the stage starts, read when it ends.
+  void peak_begin() const {
+    if (engine.device().is_cuda()) cuda_pool_reset_peak(engine.device().index);
+  }
+  void peak_end(const char* stage) const {
+    if (engine.device().is_cuda())
+      rc.set(std::string("peak_device_bytes ") + stage,
+             static_cast<int64_t>(cuda_pool_peak_bytes(engine.device().index)));
+  }
+};
+
+Generation::Generation(Engine& engine, const GenerateRequest& request,
+                       const GenerateOptions& options, Receipt* receipt)
+    : s_(std::make_unique<State>(engine, request, options, receipt)) {}
+
+Generation::~Generation() = default;
+
+const GenerateResult& Generation::result() const { return s_->result; }
+GenerateResult Generation::take_result() { return std::move(s_->result); }
+int Generation::stages_done() const { return s_->done; }
+
+const char* Generation::stage_name(int index) {
+  static const char* const kNames[] = {"prepare", "encode", "denoise", "decode"};
+  return index >= 0 && index < kNumStages ? kNames[index] : "?";
+}
+
+void Generation::prepare() {
+  State& g = *s_;
+  g.enter(1, "prepare");
+  g.check_cancelled("before it started");
+  auto stage = g.rc.stage("prepare");
+  g.progress("prepare", 0, 0);
+  const GenerateRequest& request = g.request;
   // ---- request contract (h3_components_spec.md §4.2), checked before any weight is read ----
-  const std::string workflow = resolve_workflow(request);
-  result.workflow = workflow;
-  const bool have_embeds = inj && inj->prompt_embeds.defined();
-  H3_CHECK(have_embeds || !is_blank(request.prompt), ErrorCode::kInvalidArgument,
-           "prompt is empty; ", workflow, " needs a text prompt");
+  g.workflow = resolve_workflow(request);
+  g.result.workflow = g.workflow;
+  H3_CHECK(g.have_embeds() || !is_blank(request.prompt), ErrorCode::kInvalidArgument,
+           "prompt is empty; ", g.workflow, " needs a text prompt");
   H3_CHECK(request.num_inference_steps >= 2, ErrorCode::kInvalidArgument,
            "steps must be at least 2 (sigma-grid points, N points = N - 1 model calls), got ",
            request.num_inference_steps);
   H3_CHECK(request.num_inference_steps <= 1000, ErrorCode::kInvalidArgument,
            "steps must be at most 1000, got ", request.num_inference_steps);
 
-  const io::Repository& repo = engine.repo();
-  const bool ref2va = workflow == "ref2va";
-  TargetGeometry geo;
-  PreparedMedia pm;
+  const io::Repository& repo = g.engine.repo();
+  const std::string& workflow = g.workflow;
   const CanvasConfig cc = canvas_config(repo);
-  {
-    progress("prepare", 0, 0);
-    auto s = rc.stage("resolve request");
-    std::vector<std::string> needed = {"tokenizer", "text_encoder", "vae", "audio_vae"};
-    needed.push_back(ref2va ? "transformer_ref" : "transformer");
-    if (workflow != "t2va") needed.push_back("processor");
-    for (const std::string& name : needed)
-      H3_CHECK(repo.has(name), ErrorCode::kNotFound, "repository ", repo.root(),
-               " has no component '", name, "' (needed for ", workflow, ")");
-    // Default aspect: 16:9, or the first keyframe's own (§4.3).
-    double aw = 16.0, ah = 9.0;
-    if (workflow == "fl2va") {
-      const media::RgbImage& first =
-          request.first_image ? *request.first_image : *request.last_image;
-      H3_CHECK(first.width > 0 && first.height > 0, ErrorCode::kInvalidArgument,
-               "the keyframe has no pixels");
-      aw = static_cast<double>(first.width);
-      ah = static_cast<double>(first.height);
-    }
-    const Canvas canvas = resolve_target_canvas(request.height, request.width, aw, ah, cc);
-    const FrameCount fc = resolve_num_frames(request.num_frames, request.allow_any_duration);
-    result.frames_note = fc.note;
-    geo = make_target_geometry(canvas, fc.frames);
-    result.geometry = geo;
-    media::QwenProcessorConfig icfg, vcfg;
-    if (workflow != "t2va") {
-      const std::string pfile = repo.component("processor").folder + "/processor_config.json";
-      const nlohmann::json pj = io::read_json_file(pfile);
-      icfg = media::QwenProcessorConfig::from_json(pj, "image_processor", pfile);
-      vcfg = media::QwenProcessorConfig::from_json(pj, "video_processor", pfile);
-    }
-    pm = prepare_media(workflow, request, canvas, geo.num_frames, cc, icfg, vcfg);
+  std::vector<std::string> needed = {"tokenizer", "text_encoder", "vae", "audio_vae"};
+  needed.push_back(workflow == "ref2va" ? "transformer_ref" : "transformer");
+  if (workflow != "t2va") needed.push_back("processor");
+  for (const std::string& name : needed)
+    H3_CHECK(repo.has(name), ErrorCode::kNotFound, "repository ", repo.root(),
+             " has no component '", name, "' (needed for ", workflow, ")");
+  // Default aspect: 16:9, or the first keyframe's own (§4.3).
+  double aw = 16.0, ah = 9.0;
+  if (workflow == "fl2va") {
+    const media::RgbImage& first = request.first_image ? *request.first_image : *request.last_image;
+    H3_CHECK(first.width > 0 && first.height > 0, ErrorCode::kInvalidArgument,
+             "the keyframe has no pixels");
+    aw = static_cast<double>(first.width);
+    ah = static_cast<double>(first.height);
   }
+  const Canvas canvas = resolve_target_canvas(request.height, request.width, aw, ah, cc);
+  const FrameCount fc = resolve_num_frames(request.num_frames, request.allow_any_duration);
+  g.result.frames_note = fc.note;
+  g.geo = make_target_geometry(canvas, fc.frames);
+  g.result.geometry = g.geo;
+  media::QwenProcessorConfig icfg, vcfg;
+  if (workflow != "t2va") {
+    const std::string pfile = repo.component("processor").folder + "/processor_config.json";
+    const nlohmann::json pj = io::read_json_file(pfile);
+    icfg = media::QwenProcessorConfig::from_json(pj, "image_processor", pfile);
+    vcfg = media::QwenProcessorConfig::from_json(pj, "video_processor", pfile);
+  }
+  g.pm = prepare_media(workflow, request, canvas, g.geo.num_frames, cc, icfg, vcfg);
+  Receipt& rc = g.rc;
   rc.set("workflow", workflow);
-  rc.set("height", geo.height);
-  rc.set("width", geo.width);
-  rc.set("num_frames", geo.num_frames);
+  rc.set("height", g.geo.height);
+  rc.set("width", g.geo.width);
+  rc.set("num_frames", g.geo.num_frames);
   rc.set("steps", request.num_inference_steps);
   rc.set("seed", static_cast<int64_t>(request.seed));
-  rc.set("device", engine.device().str());
-  rc.set("attention", dit::attention_backend_name(engine.options().attention));
+  rc.set("device", g.engine.device().str());
+  rc.set("attention", dit::attention_backend_name(g.engine.options().attention));
+  g.done = 1;
+}
+
+void Generation::encode() {
+  State& g = *s_;
+  g.enter(2, "encode");
+  g.check_cancelled("before the prompt was encoded");
+  auto stage = g.rc.stage("encode");
+  g.peak_begin();
+  Engine& engine = g.engine;
+  Receipt& rc = g.rc;
+  const GenerateInjection* inj = g.inj();
+  const io::Repository& repo = engine.repo();
+  const std::string& workflow = g.workflow;
+  GenerateResult& result = g.result;
+  PreparedMedia& pm = g.pm;
+  const TargetGeometry& geo = g.geo;
 
   // ---- presentation + conditioner (§1.3, §1.7; pipeline facts 1-2) ----
-  std::vector<int64_t> text_tags;
-  progress("encode prompt", 0, 0);
-  if (have_embeds) {
+  std::vector<int64_t>& text_tags = g.text_tags;
+  g.progress("encode prompt", 0, 0);
+  if (g.have_embeds()) {
     result.prompt_embeds = unbatch(inj->prompt_embeds, 2).to(Device::cpu()).to(DType::kF32);
     H3_CHECK(result.prompt_embeds.dim() == 2, ErrorCode::kInvalidArgument,
              "injected prompt_embeds must be [L, C], got ", result.prompt_embeds.desc());
@@ -343,7 +414,7 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
       auto s = rc.stage("tokenize");
       const text::Tokenizer tok = text::Tokenizer::from_file(repo.component("tokenizer").folder);
       const text::PromptPresenter presenter(tok);
-      pres = presenter.present(text_workflow(workflow), request.prompt, pm.presented);
+      pres = presenter.present(text_workflow(workflow), g.request.prompt, pm.presented);
     }
     H3_CHECK(!pres.input_ids.empty(), ErrorCode::kInvalidArgument, "prompt produced no tokens");
     result.input_ids = pres.input_ids;
@@ -367,10 +438,11 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
   }
   engine.finished_with_conditioner(rc);
   rc.set("text_tokens", static_cast<int64_t>(text_tags.size()));
+  g.check_cancelled("after the prompt was encoded");
 
   // ---- condition encodes (§4.5; pipeline fact 6) ----
-  std::vector<Tensor> audio_cond_rows;
-  if (!pm.visual.empty() || !pm.audio_waveforms.empty()) progress("encode conditions", 0, 0);
+  std::vector<Tensor>& audio_cond_rows = g.audio_cond_rows;
+  if (!pm.visual.empty() || !pm.audio_waveforms.empty()) g.progress("encode conditions", 0, 0);
   const bool inject_latents = inj && !inj->condition_latents.empty();
   if (inject_latents) {
     H3_CHECK(inj->condition_latents.size() == pm.visual.size(), ErrorCode::kInvalidArgument,
@@ -423,9 +495,8 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
   }
 
   // ---- packed layout, schedules, draws (§3.3, §4; pipeline facts 3-7) ----
-  const LatentGrid grid{geo.latent_frames, geo.latent_height, geo.latent_width};
-  PackedLayout layout;
-  if (ref2va) {
+  g.grid = LatentGrid{geo.latent_frames, geo.latent_height, geo.latent_width};
+  if (workflow == "ref2va") {
     std::vector<ReferenceLayout> refs;
     for (size_t k = 0; k < pm.kinds.size(); ++k) {
       ReferenceLayout rl;
@@ -440,20 +511,19 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
         rl.audio_latents = audio_cond_rows[static_cast<size_t>(ai)].size(0) / kAudioChannels;
       refs.push_back(rl);
     }
-    layout = build_ref2va_packed_sequence(text_tags, refs, grid, geo.audio_latents);
+    g.layout = build_ref2va_packed_sequence(text_tags, refs, g.grid, geo.audio_latents);
   } else {
-    layout = build_packed_sequence(text_tags, grid, geo.audio_latents, pm.anchors);
+    g.layout = build_packed_sequence(text_tags, g.grid, geo.audio_latents, pm.anchors);
   }
-  const DualSchedule sched = make_dual_schedule(request.num_inference_steps);
+  g.sched = make_dual_schedule(g.request.num_inference_steps);
   const Shape video_shape{1, kLatentChannels, geo.latent_frames, geo.latent_height,
                           geo.latent_width};
   const Shape audio_shape{geo.audio_rows(), kAudioLatentChannels};
-  Tensor video_rows, audio_rows;
   {
     auto s = rc.stage("draws");
     // One CPU generator: condition noise per visual condition, then the video noise, then the
     // audio noise directly as rows (fact 6). Injected values replace a draw but keep the order.
-    TorchGenerator gen(request.seed);
+    TorchGenerator gen(g.request.seed);
     if (inj && !inj->condition_noise.empty())
       H3_CHECK(inj->condition_noise.size() == pm.visual.size(), ErrorCode::kInvalidArgument,
                "injected condition noise has ", inj->condition_noise.size(), " tensors, expected ",
@@ -487,38 +557,59 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
       result.audio_condition_rows = ops::concat(audio_cond_rows, 0).contiguous();
     std::vector<Tensor> vparts = cond_rows;
     vparts.push_back(patchify_video(video_noise));
-    video_rows =
+    g.video_rows =
         vparts.size() == 1 ? vparts[0].contiguous().clone() : ops::concat(vparts, 0).contiguous();
     std::vector<Tensor> aparts = audio_cond_rows;
     aparts.push_back(audio_noise);
-    audio_rows =
+    g.audio_rows =
         aparts.size() == 1 ? aparts[0].contiguous().clone() : ops::concat(aparts, 0).contiguous();
   }
-  const int64_t ncv = layout.num_condition_video_rows;
-  const int64_t nca = layout.num_condition_audio_rows;
-  H3_CHECK(
-      ncv == (result.condition_rows.defined() ? result.condition_rows.size(0) : 0) &&
-          nca == (result.audio_condition_rows.defined() ? result.audio_condition_rows.size(0) : 0),
-      ErrorCode::kInternal, "packed layout condition rows (", ncv, ", ", nca,
-      ") disagree with the encoded conditions");
+  g.ncv = g.layout.num_condition_video_rows;
+  g.nca = g.layout.num_condition_audio_rows;
+  H3_CHECK(g.ncv == (result.condition_rows.defined() ? result.condition_rows.size(0) : 0) &&
+               g.nca == (result.audio_condition_rows.defined()
+                             ? result.audio_condition_rows.size(0)
+                             : 0),
+           ErrorCode::kInternal, "packed layout condition rows (", g.ncv, ", ", g.nca,
+           ") disagree with the encoded conditions");
+  g.peak_end("encode");
+  g.done = 2;
+}
 
-  // ---- denoise (§3.2, §4.6) ----
+void Generation::denoise() {
+  State& g = *s_;
+  g.enter(3, "denoise");
+  g.check_cancelled("before denoising");
+  Engine& engine = g.engine;
+  Receipt& rc = g.rc;
+  GenerateResult& result = g.result;
+  const int64_t ncv = g.ncv, nca = g.nca;
+  Tensor& video_rows = g.video_rows;
+  Tensor& audio_rows = g.audio_rows;
+  const DualSchedule& sched = g.sched;
+  // The transformer's load is its own stage, outside "denoise", so that the step loop's time is
+  // the loop's alone.
+  dit::DitModel& model = engine.transformer(rc, g.workflow == "ref2va");
   {
-    dit::DitModel& model = engine.transformer(rc, ref2va);
     auto d = rc.stage("denoise");
+    g.peak_begin();
     const dit::DitTextContext text = model.encode_text(result.prompt_embeds);
     const dit::DitLayout dl =
-        model.make_layout(layout.position_ids, layout.token_tags, layout.video_indices,
-                          layout.audio_indices, layout.text_indices);
+        model.make_layout(g.layout.position_ids, g.layout.token_tags, g.layout.video_indices,
+                          g.layout.audio_indices, g.layout.text_indices);
     const int64_t steps = sched.num_steps();
-    progress("denoise", 0, steps);
+    rc.set("dit_blocks", model.config().num_layers);
+    rc.set("dit_forwards", steps);
+    rc.set("packed_rows", g.layout.token_tags.numel());
+    g.progress("denoise", 0, steps);
     for (int64_t i = 0; i < steps; ++i) {
+      g.check_cancelled("before step " + std::to_string(i + 1) + " of " + std::to_string(steps));
       auto st = rc.stage("step " + std::to_string(i));
       const float vt = sched.video.timesteps()[static_cast<size_t>(i)];
       const float at = sched.audio.timesteps()[static_cast<size_t>(i)];
       // The row plan and the scheduler update are host work (float32, bit-exact); the DiT takes
       // host rows and plans and moves them to its device itself.
-      const RowTimesteps plan = plan_step_timesteps(layout, vt, at);
+      const RowTimesteps plan = plan_step_timesteps(g.layout, vt, at);
       const dit::DitOutputs out =
           model.forward(text, dl, video_rows, audio_rows, plan.unique, plan.indices, nullptr, i);
       const Tensor v =
@@ -527,36 +618,62 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
           out.audio.to(Device::cpu()).to(DType::kF32).reshape({audio_rows.size(0), -1});
       // Only generated rows are written; condition rows and reference audio stay as they are.
       const int64_t nv = video_rows.size(0), na = audio_rows.size(0);
-      const Tensor vnew = sched.video.step(i, v.slice(0, ncv, nv).contiguous(),
-                                           video_rows.slice(0, ncv, nv).contiguous());
+      const Tensor vgen = video_rows.slice(0, ncv, nv).contiguous();
+      const Tensor vel = v.slice(0, ncv, nv).contiguous();
+      if (g.options.on_preview) {
+        // The step's prediction of the clean latents, x0 = x + (1 - t) v (h3_dit_spec.md §3.2),
+        // the picture a preview shows; computed only when someone watches.
+        Tensor x0 = vgen.clone();
+        float* px = x0.data<float>();
+        const float* pv = vel.data<float>();
+        const float k = 1.0f - vt;
+        for (int64_t j = 0; j < x0.numel(); ++j) px[j] += k * pv[j];
+        g.options.on_preview(i, steps, unpatchify_video(x0, kLatentChannels, g.grid));
+      }
+      const Tensor vnew = sched.video.step(i, vel, vgen);
       const Tensor anew = sched.audio.step(i, a.slice(0, nca, na).contiguous(),
                                            audio_rows.slice(0, nca, na).contiguous());
       video_rows = ncv == 0 ? vnew : ops::concat({result.condition_rows, vnew}, 0).contiguous();
       audio_rows =
           nca == 0 ? anew : ops::concat({result.audio_condition_rows, anew}, 0).contiguous();
-      if (options.on_step) options.on_step(i, video_rows, audio_rows, v);
-      progress("denoise", i + 1, steps);
+      if (g.options.on_step) g.options.on_step(i, video_rows, audio_rows, v);
+      g.progress("denoise", i + 1, steps);
     }
   }
   result.latents = unpatchify_video(video_rows.slice(0, ncv, video_rows.size(0)).contiguous(),
-                                    kLatentChannels, grid);
+                                    kLatentChannels, g.grid);
   result.audio_latents = unpack_audio_rows(
-      audio_rows.slice(0, nca, audio_rows.size(0)).contiguous(), geo.audio_latents);
+      audio_rows.slice(0, nca, audio_rows.size(0)).contiguous(), g.geo.audio_latents);
+  g.peak_end("denoise");
+  g.done = 3;
+}
 
+void Generation::decode() {
+  State& g = *s_;
+  g.enter(4, "decode");
+  g.check_cancelled("before decoding");
+  Engine& engine = g.engine;
+  Receipt& rc = g.rc;
+  GenerateResult& result = g.result;
+  const GenerateOptions& options = g.options;
+  const TargetGeometry& geo = g.geo;
   // ---- decoders (§2.6-2.8, §3.4; fact 9) ----
+  const bool streaming = options.on_frames != nullptr;
+  H3_CHECK(streaming == (options.on_audio != nullptr), ErrorCode::kInvalidArgument,
+           "streaming output needs both on_audio and on_frames");
+  // Loads are stages of their own (before "decode"), like the transformer's before "denoise".
+  audio_vae::AudioVae& avae = engine.audio_vae(rc, /*encoder=*/false);
+  video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
+  auto stage = rc.stage("decode");
+  g.peak_begin();
   auto decode_audio = [&] {
-    audio_vae::AudioVae& avae = engine.audio_vae(rc, /*encoder=*/false);
-    progress("decode audio", 0, 0);
+    g.progress("decode audio", 0, 0);
     auto s = rc.stage("audio decode");
     const Tensor wave = avae.decode_normalized(result.audio_latents);  // [2, 1, S]
     result.audio = wave.to(Device::cpu()).reshape({wave.size(0), wave.size(-1)}).contiguous();
   };
-  const bool streaming = options.on_frames != nullptr;
-  H3_CHECK(streaming == (options.on_audio != nullptr), ErrorCode::kInvalidArgument,
-           "streaming output needs both on_audio and on_frames");
   if (!streaming) {
-    video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
-    progress("decode video", 0, 0);
+    g.progress("decode video", 0, 0);
     {
       auto s = rc.stage("video decode");
       const Tensor decoded =
@@ -570,8 +687,7 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
     // The audio first (small, fast), so that the muxer can start with the first frames.
     decode_audio();
     options.on_audio(geo, result.audio);
-    video_vae::VideoVae& vae = engine.video_vae(rc, /*encoder=*/false);
-    progress("decode video", 0, 0);
+    g.progress("decode video", 0, 0);
     auto s = rc.stage("video decode");
     std::vector<Tensor> floats, bytes;
     int64_t next = 0;
@@ -604,8 +720,23 @@ GenerateResult generate(Engine& engine, const GenerateRequest& request,
       result.frames = bytes.size() == 1 ? bytes[0] : ops::concat(bytes, 0);
     }
   }
+  stage.end();
+  g.peak_end("decode");
   engine.finished_generation(rc);
-  return result;
+  g.done = 4;
+}
+
+GenerateResult Generation::run() {
+  prepare();
+  encode();
+  denoise();
+  decode();
+  return take_result();
+}
+
+GenerateResult generate(Engine& engine, const GenerateRequest& request,
+                        const GenerateOptions& options, Receipt* receipt) {
+  return Generation(engine, request, options, receipt).run();
 }
 
 GenerateResult generate_t2va(const std::string& model_dir, const GenerateRequest& request,

@@ -12,13 +12,23 @@
 //   -> DiT denoise loop (condition rows noised once and held, reference audio clean, only
 //   generated rows written) -> unpack -> video VAE decode -> audio VAE decode.
 //
+// A generation runs as four named stages (class Generation): prepare (request contract, canvas,
+// media; no weight read), encode (conditioner, condition encodes, packing, draws), denoise (the
+// DiT step loop) and decode (audio and video VAEs, frames streamed to a sink such as the MP4
+// muxer). `h3 generate`, `h3 bench e2e` and a server all drive this one path; hooks in
+// GenerateOptions report progress and per-step previews and cancel at stage and step boundaries.
+//
 // Components come from an Engine (loaded on demand, released per its memory plan), so a second
-// generation in one process reuses or reloads them. Each stage is timed in a Receipt. Tests can
-// inject the prompt embeddings and the random draws to check every stage against the golden run.
+// generation in one process reuses or reloads them. Each stage is timed in a Receipt (top-level
+// entries "prepare", "encode", "denoise", "decode", with component loads as "load <name>"
+// entries: the conditioner's inside "encode", the transformer's and the VAEs' just before the
+// stage that needs them). Tests can inject the prompt embeddings and the random draws to check
+// every stage against the golden run.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,6 +116,13 @@ struct GenerateOptions {
   // Called when a stage starts ("prepare", "encode prompt", "encode conditions", "denoise",
   // "decode video", "decode audio") and after every step, for progress displays.
   std::function<void(const std::string& stage, int64_t step, int64_t steps)> on_progress;
+  // Called after every denoising step with the step's prediction of the clean video latents,
+  // x0 = x + (1 - t) v, normalized, CPU float32 [1, 24, T, h, w] (generated rows only): what a
+  // preview shows. Costs a host pass over the latents, so only computed when set.
+  std::function<void(int64_t step, int64_t steps, const Tensor& predicted_latents)> on_preview;
+  // Polled at every stage boundary and before every denoising step; returning true stops the
+  // generation with ErrorCode::kCancelled (no output is produced; loaded components stay).
+  std::function<bool()> cancelled;
   // Streaming output (both set, or neither): the audio is decoded first and handed to on_audio
   // with the output geometry (float32 [2, S] on the CPU), then the video is decoded window by window and every run of
   // finished frames goes to on_frames (uint8 [n, H, W, 3] on the CPU, in order, starting at
@@ -133,7 +150,43 @@ struct GenerateResult {
   Tensor audio;                 // [2, S] float32 in [-1, 1] at 32 kHz
 };
 
-// Runs one generation with the engine's components. Throws h3::Error for bad requests (unknown
+// One generation, stage by stage. Each stage must follow the previous one (kInternal otherwise);
+// a stage that throws leaves the generation unusable, the engine usable.
+class Generation {
+ public:
+  static constexpr int kNumStages = 4;
+  // "prepare", "encode", "denoise", "decode".
+  static const char* stage_name(int index);
+
+  // The engine, request, options and receipt must outlive the Generation.
+  Generation(Engine& engine, const GenerateRequest& request, const GenerateOptions& options,
+             Receipt* receipt = nullptr);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // The request contract, canvas and frame count, media preparation: host work, no weight read.
+  void prepare();
+  // Prompt through the conditioner (or injected embeddings), VAE encodes of the conditions, the
+  // packed layout and the random draws in the reference's order.
+  void encode();
+  // The DiT step loop (progress, previews, cancellation at step boundaries); fills the latents.
+  void denoise();
+  // Audio then video decode; frames to on_audio/on_frames when streaming, else into the result.
+  void decode();
+  // The four stages in order.
+  GenerateResult run();
+
+  int stages_done() const;
+  const GenerateResult& result() const;
+  GenerateResult take_result();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Runs one generation with the engine's components (Generation::run). Throws h3::Error for bad requests (unknown
 // workflow, media the workflow does not take, impossible canvas or frame count, fewer than 2
 // steps, empty prompt, unusable media) before any weight is loaded, and for a repository without
 // a component the workflow needs.

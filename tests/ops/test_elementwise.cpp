@@ -1,5 +1,6 @@
-// Backend-ops cases: add and mul (broadcast over leading dims), scale and cast.
+// Backend-ops cases: add and mul (broadcast over leading dims), scale, cast and fill_random.
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "backend_ops.h"
@@ -83,7 +84,46 @@ void add_cast(DType from, DType to, const Shape& shape) {
   register_case(std::move(c));
 }
 
+// fill_random ignores its input's values and must give the same bits on every backend. The
+// reference recomputes the documented construction independently: the splitmix64 finalizer of
+// (seed, index), its top 24 bits as u, center + half_width * (2u - 1), rounded to the dtype.
+uint64_t splitmix_finalize(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void add_fill_random(DType t, const Shape& shape, uint64_t seed, float center, float half) {
+  OpCase c;
+  c.op = "fill_random";
+  c.name = "fill_random_" + dtype_tag(t) + "_" + shape_tag(shape) + "_s" + std::to_string(seed);
+  c.dtype = t;
+  c.cpu_bounds = Bounds{0, 0};
+  c.device_bounds = Bounds{0, 0};
+  c.make_inputs = [=](Rng& r) { return std::vector<Tensor>{r.normal_tensor(shape, t)}; };
+  c.run = [=](const std::vector<Tensor>& in) {
+    Tensor out = h3::ops::copy(in[0]);
+    h3::ops::fill_random(out, seed, center, half);
+    return out;
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> out(static_cast<size_t>(in[0].numel()));
+    const int bits = t == DType::kBF16 ? 8 : t == DType::kF16 ? 11 : 24;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const uint64_t h = splitmix_finalize(seed ^ splitmix_finalize(i + 0x9e3779b97f4a7c15ull));
+      const double u = std::ldexp(static_cast<double>(h >> 40), -24);
+      const double v = static_cast<float>(double(center) + double(half) * (2.0 * u - 1.0));
+      out[i] = round_significand(v, bits);
+    }
+    return out;
+  };
+  register_case(std::move(c));
+}
+
 void add_cases() {
+  add_fill_random(DType::kF32, {17, 33}, 7, 0.0f, 0.03125f);
+  add_fill_random(DType::kBF16, {5, 129}, 0x1234abcdull, 1.0f, 0.1f);
+  add_fill_random(DType::kF16, {1000}, 3, -0.5f, 0.02f);
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (bool m : {false, true}) {
       add_binary(m, {5, 7}, {5, 7}, t, t);

@@ -112,12 +112,23 @@ class Builder {
     for (size_t i = 0; i < taps.size(); ++i)
       worst = std::max(worst, std::abs(static_cast<double>(taps[i]) - built[i]));
     if (worst > 1e-6) {
-      H3_LOG_WARN("audio VAE: filter '", name, "' differs from the Kaiser-sinc construction by ",
-                  worst, "; using the stored values, as the reference does");
+      ++filters_differing_;
+      worst_filter_difference_ = std::max(worst_filter_difference_, worst);
     }
     return taps;
   }
 
+ public:
+  // One line for the whole component (a released decoder has about 130 filters): the stored
+  // values are used either way, as the reference does.
+  void report_filters() const {
+    if (filters_differing_ == 0) return;
+    H3_LOG_WARN("audio VAE ", ckpt_.source(), ": ", filters_differing_,
+                " anti-alias filters differ from the Kaiser-sinc construction (largest difference ",
+                worst_filter_difference_, "); using the stored values, as the reference does");
+  }
+
+ private:
   static Tensor repeat_filter(const std::vector<float>& taps, int64_t channels, float gain) {
     const int64_t k = static_cast<int64_t>(taps.size());
     std::vector<float> out(static_cast<size_t>(channels * k));
@@ -128,6 +139,8 @@ class Builder {
 
   const io::Checkpoint& ckpt_;
   const AudioVaeWeightPolicy& policy_;
+  mutable int64_t filters_differing_ = 0;
+  mutable double worst_filter_difference_ = 0.0;
 };
 
 EncoderWeights build_encoder(const AudioVaeConfig& c, const Builder& b) {
@@ -262,6 +275,7 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
     w.decoder = build_decoder(config, b);
     w.has_decoder = true;
   }
+  b.report_filters();
   return w;
 }
 

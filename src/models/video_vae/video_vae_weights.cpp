@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
@@ -146,11 +147,25 @@ VideoVaeWeights load_video_vae_weights(const VideoVaeConfig& config, const io::C
     fail(ErrorCode::kInvalidFile, "video VAE checkpoint ", ckpt.source(),
          " does not match its config:", msg);
   }
-  const Source src = [&ckpt, &policy](const std::string& name, const Shape&) {
+  // On CUDA every tensor the build will ask for is read in one pass in file order (the loader
+  // overlaps reads and copies across tensors; one call per tensor would serialize them). The
+  // encoder's tensors (and quant_conv, its output projection) only when the encoder is built.
+  std::map<std::string, Tensor> preloaded;
+  if (policy.device.is_cuda()) {
+    std::vector<io::LoadItem> items;
+    for (const std::string& name : ckpt.names()) {
+      const bool encoder_side = name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0;
+      if (encoder_side && !policy.load_encoder) continue;
+      items.push_back({name, std::nullopt});
+    }
+    std::vector<Tensor> ts = io::load_tensors_to(ckpt, items, policy.device);
+    for (size_t i = 0; i < items.size(); ++i) preloaded.emplace(items[i].name, std::move(ts[i]));
+  }
+  const Source src = [&ckpt, &preloaded](const std::string& name, const Shape&) {
     H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, "video VAE checkpoint ", ckpt.source(),
              " has no tensor '", name, "'");
-    const Tensor t = policy.device.is_cuda() ? io::load_tensor_to(ckpt, name, policy.device)
-                                             : ckpt.tensor(name);
+    const auto it = preloaded.find(name);
+    const Tensor t = it != preloaded.end() ? it->second : ckpt.tensor(name);
     H3_CHECK(dtype_is_float(t.dtype()), ErrorCode::kInvalidFile, "video VAE weight '", name,
              "' must be floating point, got ", t.desc());
     return t;

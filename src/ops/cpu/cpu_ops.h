@@ -75,6 +75,7 @@ Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_be
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);
+void fill_random(Tensor& x, uint64_t seed, float center, float half_width);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias,

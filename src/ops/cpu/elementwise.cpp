@@ -1,7 +1,10 @@
 // add, mul (b broadcast over the leading dims of a), scale and cast.
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/status.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/random_fill.h"
 
 namespace h3::ops::cpu {
 
@@ -30,6 +33,33 @@ Tensor scale(const Tensor& x, float s) {
   std::vector<float> out(static_cast<size_t>(x.numel()));
   for (int64_t i = 0; i < xf.size(); ++i) out[i] = xf[i] * s;
   return store_f32(out.data(), x.shape(), x.dtype());
+}
+
+void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
+  const int64_t n = x.numel();
+  auto value = [&](int64_t i) {
+    return random_fill_value(seed, static_cast<uint64_t>(i), center, half_width);
+  };
+  switch (x.dtype()) {
+    case DType::kF32: {
+      float* p = x.data<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = value(i);
+      break;
+    }
+    case DType::kBF16: {
+      uint16_t* p = static_cast<uint16_t*>(x.raw());
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(value(i));
+      break;
+    }
+    case DType::kF16: {
+      uint16_t* p = static_cast<uint16_t*>(x.raw());
+      for (int64_t i = 0; i < n; ++i) p[i] = f16_from_f32(value(i));
+      break;
+    }
+    default:
+      fail(ErrorCode::kUnsupported, "ops::fill_random: dtype ", dtype_name(x.dtype()),
+           " is not filled on the CPU");
+  }
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

@@ -10,6 +10,7 @@
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise_util.cuh"
+#include "ops/random_fill.h"
 
 namespace h3::ops::cuda {
 
@@ -77,6 +78,13 @@ __global__ void swiglu_kernel(const void* x, int xt, void* out, int ot, int64_t 
     const float g = ld(x, xt, r * 2 * f + f + c);
     st(out, ot, i, v * silu_f(g));
   }
+}
+
+__global__ void fill_random_kernel(void* out, int ot, int64_t n, uint64_t seed, float center,
+                                   float half_width) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    st(out, ot, i, random_fill_value(seed, static_cast<uint64_t>(i), center, half_width));
 }
 
 // out[r, c] = x[r, c] * (1 + scale[idx[r], c]) + shift[idx[r], c]
@@ -245,6 +253,17 @@ Tensor gelu(const Tensor& x, bool tanh_approx) {
   return unary(x, tanh_approx ? Unary::kGeluTanh : Unary::kGelu, 0.0f, "gelu");
 }
 Tensor scale(const Tensor& x, float s) { return unary(x, Unary::kScale, s, "scale"); }
+
+void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
+  require_cuda(x, "fill_random", "x");
+  check_float(x, "fill_random", "x");
+  set_device_of(x);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
+      x.raw(), dtype_code(x.dtype()), n, seed, center, half_width);
+  check_launch("fill_random");
+}
 Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, Binary::kAdd, "add"); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, Binary::kMul, "mul"); }
 

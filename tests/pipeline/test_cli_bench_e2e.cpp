@@ -1,0 +1,110 @@
+// `h3 bench e2e` on the tiny model, on the CPU, as a user runs it: the JSON has one object per
+// generation with the stages, the bytes loaded (none on a warm generation, nothing is reloaded),
+// ms per block and the plan; --random-weights changes the generation; bad flags are refused.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/tiny_model.h"
+#include "support/cli.h"
+#include "support/temp_dir.h"
+
+namespace h3::test {
+namespace {
+
+class BenchE2eCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<TempDir>("h3_bench_e2e");
+    tiny_ = (dir_->path() / "tiny").string();
+    models::make_tiny(tiny_, {});
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+  static std::string base() {
+    return "bench e2e --model " + shell_quote(tiny_) +
+           " --device cpu --height 32 --width 64 --num-frames 22 --steps 3 --allow-any-duration";
+  }
+  static nlohmann::json run_json(const std::string& extra) {
+    const RunResult r = run_h3(base() + " --json " + extra, /*merge_stderr=*/false);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  }
+  static std::unique_ptr<TempDir> dir_;
+  static std::string tiny_;
+};
+std::unique_ptr<TempDir> BenchE2eCli::dir_;
+std::string BenchE2eCli::tiny_;
+
+TEST_F(BenchE2eCli, JsonHasEveryStageAndTheWarmGenerationLoadsNothing) {
+  H3_REQUIRE_BIN();
+  const nlohmann::json runs = run_json("--repeat 2");
+  ASSERT_TRUE(runs.is_array());
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& g : runs) {
+    const auto& st = g.at("stages");
+    for (const char* s : {"prepare", "encode", "denoise", "decode", "mux", "total"})
+      EXPECT_TRUE(st.contains(s)) << s << " missing in " << st.dump();
+    EXPECT_GT(st.at("denoise").get<double>(), 0.0);
+    EXPECT_GT(g.at("ms_per_block").get<double>(), 0.0);
+    EXPECT_EQ(g.at("dit_forwards").get<int64_t>(), 2);
+    EXPECT_TRUE(g.at("plan").contains("decision"));
+    EXPECT_EQ(g.at("random_weights").get<bool>(), false);  // the tiny files are not sparse
+  }
+  EXPECT_GT(runs[0].at("loaded_bytes").get<uint64_t>(), 0u);
+  EXPECT_TRUE(runs[0].at("stages").contains("load transformer"));
+  EXPECT_EQ(runs[1].at("loaded_bytes").get<uint64_t>(), 0u) << runs[1].dump();
+  EXPECT_FALSE(runs[1].at("stages").contains("load transformer"));
+}
+
+TEST_F(BenchE2eCli, TableNamesTheStagesAndThePlan) {
+  H3_REQUIRE_BIN();
+  const RunResult r = run_h3(base() + " --repeat 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"generation 0 (first)", "denoise", "decode", "ms per block", "plan:"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << " in\n" << r.output;
+}
+
+TEST_F(BenchE2eCli, RandomWeightsChangeTheGenerationAndAreSeeded) {
+  H3_REQUIRE_BIN();
+  // The MP4's bytes stand for the generation: equal seeds give equal files.
+  auto run_to = [&](const std::string& flags, const std::string& file) {
+    const RunResult r = run_h3(base() + " --repeat 1 --json --out " + shell_quote(file) + " " + flags,
+                               false);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(r.output)[0];
+  };
+  const std::string p1 = (dir_->path() / "r1.mp4").string();
+  const std::string p2 = (dir_->path() / "r2.mp4").string();
+  const std::string p3 = (dir_->path() / "plain.mp4").string();
+  const auto g1 = run_to("--random-weights --weights-seed 1", p1);
+  run_to("--random-weights --weights-seed 1", p2);
+  run_to("--no-random-weights", p3);
+  EXPECT_TRUE(g1.at("random_weights").get<bool>());
+  auto read = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  if (read(p1).empty()) GTEST_SKIP() << "this build writes no MP4 (no FFmpeg)";
+  EXPECT_EQ(read(p1), read(p2));
+  EXPECT_NE(read(p1), read(p3));
+}
+
+TEST_F(BenchE2eCli, BadFlagsAreRefusedByName) {
+  H3_REQUIRE_BIN();
+  RunResult r = run_h3(base() + " --weights-seed nope");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--weights-seed"), std::string::npos) << r.output;
+  r = run_h3(base() + " --preset turbo");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--preset"), std::string::npos) << r.output;
+  r = run_h3("bench e2e --device cpu");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--model"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace h3::test
