@@ -68,7 +68,7 @@ uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : model_dir_(model_dir), options_(options), loaded_(std::make_unique<Loaded>()) {
   // --cpu-offload streams the DiT's blocks from pinned host memory to the device
-  // (models/h3_dit/dit_offload.h). On the CPU there is nothing to offload to: refuse rather than
+  // (core/layer_stream.h). On the CPU there is nothing to offload to: refuse rather than
   // silently ignore the flag.
   H3_CHECK(!options.cpu_offload || options.device.is_cuda(), ErrorCode::kUnsupported,
            "--cpu-offload needs a CUDA device (--device cuda); on ", options.device.str(),
@@ -98,8 +98,10 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
     l.audio_vae.reset();
   }
   LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
+  qwen3_vl::Qwen3VlLoadOptions copt;
+  copt.stream_layers = options_.stream_conditioner;
   l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
-                                               options_.conditioner_dtype, options_.device);
+                                               options_.conditioner_dtype, options_.device, copt);
   meter.done(options_.device);
   return *l.conditioner;
 }
@@ -118,6 +120,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
   dopt.cpu_offload = options_.cpu_offload;
+  dopt.resident_blocks = options_.dit_resident_blocks;
   LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;
