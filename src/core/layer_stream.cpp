@@ -89,7 +89,8 @@ int LayerSlotSchedule::in_use_slot() const {
 std::optional<LayerSlotSchedule::Copy> LayerSlotSchedule::bring(int64_t layer, int avoid_slot) {
   if (slot_of(layer) >= 0) return std::nullopt;  // still there: slots are only written by copies
   // Alternate: the slot not written last, unless that is the one in use.
-  const int s = avoid_slot >= 0 ? (avoid_slot + 1) % kSlots : (last_copied_ + 1) % kSlots;
+  const int n = num_slots();
+  const int s = avoid_slot >= 0 ? (avoid_slot + 1) % n : (last_copied_ + 1) % n;
   H3_CHECK(!slots_[s].in_use, ErrorCode::kInternal, "layer stream: the copy of layer ", layer,
            " would overwrite layer ", slots_[s].layer, ", which is in use");
   Copy c{layer, s, slots_[s].ran};
@@ -168,9 +169,11 @@ LayerStream::LayerStream(std::vector<std::vector<Tensor>> layers, Device device,
     host_bytes_ += span;
     slot_capacity_ = std::max(slot_capacity_, span);
   }
-  // Two slots, allocated once: the pool is ordered on the default stream, and begin() orders the
-  // copy stream after these allocations.
-  for (auto& s : slots_) s = Storage::allocate(std::max<size_t>(slot_capacity_, 1), device_);
+  // The slots (two, one for a single layer), allocated once: the pool is ordered on the default
+  // stream, and begin() orders the copy stream after these allocations.
+  for (int s = 0; s < schedule_.num_slots(); ++s) {
+    slots_[s] = Storage::allocate(std::max<size_t>(slot_capacity_, 1), device_);
+  }
   copy_stream_ = Stream::create(device_.index, /*non_blocking=*/true);
   start_ = Event::create(device_.index, false);
   for (int s = 0; s < LayerSlotSchedule::kSlots; ++s) {

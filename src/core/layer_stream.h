@@ -16,7 +16,7 @@
 // Slots alternate in the order copies are issued (not by layer parity), so a pass may prefetch
 // the first layer of the next pass while its last layer runs ("wrap-around", whatever the number
 // of layers), and a layer that still sits in a slot is never copied again: with one or two
-// streamed layers nothing moves after the first pass.
+// streamed layers nothing moves after the first pass (and a single layer needs one slot only).
 //
 // The views acquire() returns are valid until release() of the same layer: the slot is
 // overwritten afterwards. One pass at a time (the models' forwards are not reentrant).
@@ -42,7 +42,8 @@ inline constexpr size_t kLayerTensorAlign = 256;
 
 // The bytes one layer occupies in its pinned buffer and in a slot: the tensors one after the
 // other in list order, each start aligned to kLayerTensorAlign. A stream's device footprint is
-// 2 x the largest layer's figure (the memory planner computes it from checkpoint headers).
+// min(2, layers) x the largest layer's figure (LayerStream::slot_bytes(); the memory planner
+// computes it from checkpoint headers).
 uint64_t layer_packed_bytes(const std::vector<uint64_t>& tensor_bytes);
 
 // Replaces the tensors of each layer by views into one pinned host buffer per layer (CPU tensors
@@ -89,6 +90,8 @@ class LayerSlotSchedule {
   int release(int64_t i);
 
   int64_t num_layers() const { return num_layers_; }
+  // Slots the schedule uses: 2, or 1 for a single layer (it never leaves its slot).
+  int num_slots() const { return num_layers_ < kSlots ? static_cast<int>(num_layers_) : kSlots; }
   int64_t in_slot(int slot) const { return slots_[slot].layer; }  // -1: empty
   int in_use_slot() const;                                        // -1: none
   int64_t copies_issued() const { return copies_; }
@@ -133,8 +136,10 @@ class LayerStream {
   // Marks the end of layer i's work on the default stream (its slot may be overwritten after).
   void release(int64_t i);
 
-  // Device bytes held by the two slots (2 x the largest layer's packed bytes).
-  uint64_t slot_bytes() const { return 2 * slot_capacity_; }
+  // Device bytes held by the slots: min(2, num_layers()) x the largest layer's packed bytes.
+  uint64_t slot_bytes() const {
+    return static_cast<uint64_t>(schedule_.num_slots()) * slot_capacity_;
+  }
   // Pinned host bytes of the streamed layers.
   uint64_t host_bytes() const { return host_bytes_; }
   const LayerSlotSchedule& schedule() const { return schedule_; }

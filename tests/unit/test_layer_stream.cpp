@@ -56,7 +56,7 @@ class SlotModel {
   void apply(const std::optional<LayerSlotSchedule::Copy>& c) {
     if (!c) return;
     ASSERT_GE(c->slot, 0);
-    ASSERT_LT(c->slot, LayerSlotSchedule::kSlots);
+    ASSERT_LT(c->slot, s_.num_slots()) << "one layer needs one slot, more need two";
     EXPECT_NE(c->slot, in_use_) << "copy of layer " << c->layer << " into the slot in use";
     // A slot whose layer ran must be waited on; one that never ran has nothing to wait for.
     EXPECT_EQ(c->wait_compute, ran_[c->slot]) << "copy of layer " << c->layer;
@@ -108,6 +108,7 @@ TEST(LayerSlotSchedule, PassesOfEveryLengthWithWrapAround) {
   for (int64_t n = 1; n <= 7; ++n) {
     SCOPED_TRACE("layers " + std::to_string(n));
     LayerSlotSchedule s(n);
+    EXPECT_EQ(s.num_slots(), n == 1 ? 1 : 2);
     SlotModel m(s);
     std::vector<int64_t> per_pass;
     int64_t before = 0;

@@ -150,8 +150,8 @@ class DitModel {
   // config().num_layers).
   int64_t resident_blocks() const { return resident_blocks_; }
   int64_t streamed_blocks() const { return config_.num_layers - resident_blocks_; }
-  // Device bytes of the two block slots (2 x the largest streamed block; 0 when nothing streams),
-  // and pinned host bytes of the streamed blocks.
+  // Device bytes of the block slots (min(2, streamed_blocks()) x the largest streamed block; 0
+  // when nothing streams), and pinned host bytes of the streamed blocks.
   uint64_t stream_slot_bytes() const;
   uint64_t stream_host_bytes() const;
 

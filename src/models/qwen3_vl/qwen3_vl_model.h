@@ -66,8 +66,8 @@ class Qwen3VlModel {
   uint64_t weight_bytes() const;
   // Whether the decoder layers stream from pinned host memory (Qwen3VlLoadOptions).
   bool streams_layers() const { return stream_ != nullptr; }
-  // Device bytes of the two layer slots (2 x the largest decoder layer; 0 without streaming), and
-  // pinned host bytes of the streamed layers.
+  // Device bytes of the layer slots (2 x one decoder layer, one slot when tap = 1; 0 without
+  // streaming), and pinned host bytes of the streamed layers.
   uint64_t stream_slot_bytes() const;
   uint64_t stream_host_bytes() const;
   // What the model holds on its device: resident weights plus the slots.
