@@ -73,7 +73,7 @@ uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : model_dir_(model_dir), options_(options), loaded_(std::make_unique<Loaded>()) {
   // --cpu-offload streams the DiT's blocks from pinned host memory to the device
-  // (models/h3_dit/dit_offload.h). On the CPU there is nothing to offload to: refuse rather than
+  // (core/layer_stream.h). On the CPU there is nothing to offload to: refuse rather than
   // silently ignore the flag.
   H3_CHECK(!options.cpu_offload || options.device.is_cuda(), ErrorCode::kUnsupported,
            "--cpu-offload needs a CUDA device (--device cuda); on ", options.device.str(),
@@ -95,11 +95,10 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
 
 Engine::~Engine() = default;
 
-// The conditioner's layers do not stream from host memory yet: a plan that streams them releases
-// the conditioner after use instead, as a sequential plan does, so that it never sits beside the
-// DiT (which needs the whole conditioner to fit the device on its own, and warm generations re-read
-// it from disk) until streaming lands.
-bool Engine::releases_conditioner() const { return plan_.sequential || plan_.conditioner_streamed; }
+// Only a sequential plan gives the conditioner back between generations. A streamed conditioner
+// holds its embeddings, vision tower and two layer slots on the device and its layers in pinned
+// host memory, and stays loaded like a resident one, so warm generations read nothing from disk.
+bool Engine::releases_conditioner() const { return plan_.sequential; }
 
 qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
   Loaded& l = *loaded_;
@@ -111,8 +110,10 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
     l.audio_vae.reset();
   }
   LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
+  qwen3_vl::Qwen3VlLoadOptions copt;
+  copt.stream_layers = options_.stream_conditioner || plan_.conditioner_streamed;
   l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
-                                               conditioner_dtype_of(options_), options_.device);
+                                               conditioner_dtype_of(options_), options_.device, copt);
   meter.done(options_.device);
   return *l.conditioner;
 }
@@ -130,7 +131,15 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.precision = dit_precision_of(options_);
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
-  dopt.cpu_offload = plan_.cpu_offload;  // forced by --cpu-offload or chosen by the plan
+  // --cpu-offload streams every block; a plan that chose cpu-offload keeps as many blocks on the
+  // device as fit (dit_resident_blocks); an explicit count wins over both.
+  if (options_.dit_resident_blocks) {
+    dopt.resident_blocks = options_.dit_resident_blocks;
+  } else if (options_.cpu_offload) {
+    dopt.cpu_offload = true;
+  } else if (plan_.cpu_offload) {
+    dopt.resident_blocks = plan_.dit_resident_blocks;
+  }
   LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;

@@ -33,6 +33,13 @@ struct EngineOptions {
   Device device = Device::cpu();
   SequentialLoad sequential = SequentialLoad::kAuto;
   bool cpu_offload = false;  // DiT weights stay in pinned host memory, streamed block by block
+  // Streaming for devices where the models do not fit resident (set by the memory plan):
+  // the conditioner's decoder layers stay in pinned host memory and stream through two device
+  // slots (qwen3_vl::Qwen3VlLoadOptions::stream_layers); the DiT keeps blocks [0, n) on the
+  // device and streams the rest (dit::DitOptions::resident_blocks; unset: all resident, or none
+  // with cpu_offload). CUDA devices only.
+  bool stream_conditioner = false;
+  std::optional<int64_t> dit_resident_blocks{};
   // Numerics. The CPU default is the float32 oracle; on CUDA the DiT runs bf16 and the video VAE
   // decodes under the reference's fp16 autocast.
   std::optional<dit::DitPrecision> dit_precision;

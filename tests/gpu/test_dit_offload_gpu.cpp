@@ -1,20 +1,26 @@
-// --cpu-offload of the DiT (issue #6) against the resident model on the golden `dit` cases: the
-// same kernels run on the same weight bytes, only the weights' home differs (pinned host memory
-// streamed into two device slots), so the outputs must be bit-identical, also on a second run
-// that reuses the slots. The offloaded model must also hold less device memory than the full
-// model's weights. Skips visibly without a CUDA device or golden data.
+// DiT block streaming (core/layer_stream.h) against the resident model on the golden `dit`
+// cases: the same kernels run on the same weight bytes, only the weights' home differs (pinned
+// host memory streamed into two device slots), so the outputs must be bit-identical.
+//   - --cpu-offload (issue #6, every block streamed): also on a second run that reuses the
+//     slots, and with less device memory than the full model's weights;
+//   - partial residency (DitOptions::resident_blocks = 0, 1, num_layers - 1, num_layers): the
+//     right blocks on the device, the slot and pinned figures the planner's formula gives, and
+//     three rounds of forwards over every case in a row (each forward's last streamed block
+//     prefetches the first streamed block of the next: the wrap-around);
+//   - dropping a streamed model gives its pinned host memory and device memory back.
+// Skips visibly without a CUDA device or golden data.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
-#ifdef H3_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
+#include "core/layer_stream.h"
 #include "models/h3_dit/dit_model.h"
+#include "support/device_memory.h"
 #include "support/golden.h"
 
 namespace h3 {
@@ -46,12 +52,14 @@ dit::DitInputs inputs(const io::SafetensorsFile& f) {
   return in;
 }
 
-dit::DitModel load(const std::string& partition, bool offload, dit::DitPrecision p) {
+dit::DitModel load(const std::string& partition, bool offload, dit::DitPrecision p,
+                   std::optional<int64_t> resident_blocks = std::nullopt) {
   dit::DitOptions o;
   o.device = Device::cuda(0);
   o.precision = p;
   o.rounding = dit::DitRounding::kFused;
   o.cpu_offload = offload;
+  o.resident_blocks = resident_blocks;
   return dit::DitModel::load(test::Golden::get()->checkpoint_dir() + "/" + partition, o);
 }
 
@@ -96,23 +104,7 @@ WeightBytes weight_bytes(const dit::DitWeights& w) {
   return b;
 }
 
-// Bytes currently allocated from the device's stream-ordered pool (core/device_cuda.cpp), after
-// every queued free has run. 0 when the pool is not in use.
-uint64_t pool_used_bytes() {
-#ifdef H3_WITH_CUDA
-  cudaDeviceSynchronize();
-  cudaMemPool_t pool = nullptr;
-  uint64_t used = 0;
-  if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess ||
-      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return used;
-#else
-  return 0;
-#endif
-}
+using test::pool_used_bytes;
 
 Tensor host_bytes(const Tensor& t) { return t.to(Device::cpu()); }
 
@@ -146,17 +138,16 @@ void check_partition(const std::string& partition, const std::vector<test::Golde
   const uint64_t after = pool_used_bytes();
   const uint64_t measured = after > before ? after - before : 0;
   const WeightBytes off = weight_bytes(offloaded.weights());
-  const uint64_t planned = off.on_device + offloaded.offload_slot_bytes();
-  std::printf("  full weights %llu B; offload: %llu B on the device (%llu B non-block + %llu B "
-              "slots); pool use measured: offload %llu B, resident %llu B\n",
-              static_cast<unsigned long long>(full.all),
-              static_cast<unsigned long long>(planned),
-              static_cast<unsigned long long>(off.on_device),
-              static_cast<unsigned long long>(offloaded.offload_slot_bytes()),
-              static_cast<unsigned long long>(measured),
-              static_cast<unsigned long long>(measured_full));
+  const uint64_t planned = off.on_device + offloaded.stream_slot_bytes();
+  std::printf(
+      "  full weights %llu B; offload: %llu B on the device (%llu B non-block + %llu B "
+      "slots); pool use measured: offload %llu B, resident %llu B\n",
+      static_cast<unsigned long long>(full.all), static_cast<unsigned long long>(planned),
+      static_cast<unsigned long long>(off.on_device),
+      static_cast<unsigned long long>(offloaded.stream_slot_bytes()),
+      static_cast<unsigned long long>(measured), static_cast<unsigned long long>(measured_full));
   EXPECT_EQ(full.on_device, full.all) << "the resident model keeps every weight on the device";
-  EXPECT_GT(offloaded.offload_slot_bytes(), 0u);
+  EXPECT_GT(offloaded.stream_slot_bytes(), 0u);
   for (const auto& b : offloaded.weights().blocks) {
     EXPECT_TRUE(b.adaln_w.device().is_cpu()) << "offloaded block weights must stay on the host";
   }
@@ -197,6 +188,123 @@ TEST(GpuDitOffload, F32BitIdenticalToResident) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   check_partition(partition_of(cases.front()), cases, dit::DitPrecision::kF32);
+}
+
+// The packed bytes of each main block in the run dtype: what a block occupies pinned and in a slot.
+std::vector<uint64_t> packed_block_bytes(const dit::DitWeights& w) {
+  std::vector<uint64_t> out;
+  for (const auto& b : w.blocks) {
+    dit::DitBlockWeights copy = b;
+    std::vector<uint64_t> sizes;
+    for (const Tensor* t : dit::block_tensor_list(copy)) sizes.push_back(t->nbytes());
+    out.push_back(layer_packed_bytes(sizes));
+  }
+  return out;
+}
+
+void check_partial(const std::string& partition, const std::vector<test::GoldenCase>& cases,
+                   dit::DitPrecision precision) {
+  const dit::DitModel resident = load(partition, false, precision);
+  const int64_t num = resident.config().num_layers;
+  const std::vector<uint64_t> packed = packed_block_bytes(resident.weights());
+  std::vector<const test::GoldenCase*> mine;
+  for (const test::GoldenCase& c : cases) {
+    if (partition_of(c) == partition) mine.push_back(&c);
+  }
+  ASSERT_FALSE(mine.empty());
+  std::vector<dit::DitInputs> in;
+  std::vector<dit::DitOutputs> ref;
+  for (const test::GoldenCase* c : mine) {
+    const auto f = c->open();
+    in.push_back(inputs(*f));
+    ref.push_back(resident.forward(in.back()));
+  }
+  std::set<int64_t> counts = {0, 1, num - 1, num};
+  for (const int64_t n : counts) {
+    if (n < 0 || n > num) continue;
+    SCOPED_TRACE("resident_blocks " + std::to_string(n));
+    const dit::DitModel m = load(partition, false, precision, n);
+    EXPECT_EQ(m.resident_blocks(), n);
+    EXPECT_EQ(m.streamed_blocks(), num - n);
+    uint64_t largest = 0, host = 0;
+    for (int64_t i = 0; i < num; ++i) {
+      const bool on_device = m.weights().blocks[static_cast<size_t>(i)].adaln_w.device().is_cuda();
+      EXPECT_EQ(on_device, i < n) << "block " << i;
+      if (i >= n) {
+        largest = std::max(largest, packed[static_cast<size_t>(i)]);
+        host += packed[static_cast<size_t>(i)];
+      }
+    }
+    // The planner's formula: two slots of the largest streamed block (one when a single block
+    // streams); every streamed block pinned.
+    EXPECT_EQ(m.stream_slot_bytes(),
+              static_cast<uint64_t>(std::min<int64_t>(2, num - n)) * largest);
+    EXPECT_EQ(m.stream_host_bytes(), host);
+    std::printf("[dit stream %s] %s resident_blocks=%lld: slots %llu B, pinned %llu B\n",
+                dit::precision_name(precision), partition.c_str(), static_cast<long long>(n),
+                static_cast<unsigned long long>(m.stream_slot_bytes()),
+                static_cast<unsigned long long>(m.stream_host_bytes()));
+    // Three rounds over every case, forwards back to back: each one starts from the block the
+    // previous one prefetched.
+    for (int round = 0; round < 3; ++round) {
+      for (size_t k = 0; k < in.size(); ++k) {
+        const dit::DitOutputs got = m.forward(in[k]);
+        const std::string tag = "round " + std::to_string(round) + " " + mine[k]->file;
+        expect_same_bytes(got.video, ref[k].video, tag + " video");
+        expect_same_bytes(got.audio, ref[k].audio, tag + " audio");
+      }
+    }
+  }
+}
+
+TEST(GpuDitStream, PartialResidencyBf16BitIdenticalToResident) {
+  H3_REQUIRE_CUDA();
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  std::set<std::string> partitions;
+  for (const test::GoldenCase& c : cases) partitions.insert(partition_of(c));
+  for (const std::string& p : partitions) check_partial(p, cases, dit::DitPrecision::kBF16);
+}
+
+TEST(GpuDitStream, PartialResidencyF32BitIdenticalToResident) {
+  H3_REQUIRE_CUDA();
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  check_partial(partition_of(cases.front()), cases, dit::DitPrecision::kF32);
+}
+
+// Dropping a streamed model gives back its pinned host memory and its device memory (blocks,
+// slots), also after forwards that left a prefetch in flight.
+TEST(GpuDitStream, DroppingTheModelFreesPinnedAndDeviceMemory) {
+  H3_REQUIRE_CUDA();
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  const std::string partition = partition_of(cases.front());
+  const auto f = cases.front().open();
+  const dit::DitInputs in = inputs(*f);
+  {
+    // Library handles and lazily loaded kernels first, so that only the model's memory counts.
+    const dit::DitModel warm = load(partition, false, dit::DitPrecision::kBF16);
+    (void)warm.forward(in);
+  }
+  const uint64_t pinned0 = pinned_layer_bytes_live();
+  const uint64_t used0 = pool_used_bytes();
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    uint64_t host = 0, used_loaded = 0;
+    {
+      const dit::DitModel m = load(partition, false, dit::DitPrecision::kBF16, 1);
+      host = m.stream_host_bytes();
+      EXPECT_GT(host, 0u);
+      EXPECT_EQ(pinned_layer_bytes_live() - pinned0, host);
+      (void)m.forward(in);
+      (void)m.forward(in);
+      used_loaded = pool_used_bytes();
+    }
+    const uint64_t used = pool_used_bytes();
+    std::printf("  cycle %d: pinned %llu B while loaded; pool %llu -> %llu -> %llu B\n", cycle,
+                static_cast<unsigned long long>(host), static_cast<unsigned long long>(used0),
+                static_cast<unsigned long long>(used_loaded),
+                static_cast<unsigned long long>(used));
+    EXPECT_EQ(pinned_layer_bytes_live(), pinned0) << "pinned blocks outlived the model";
+    EXPECT_LE(used, used0) << "device memory outlived the model";
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "models/h3_dit/dit_model.h"
-#include "models/h3_dit/dit_offload.h"
+#include "models/h3_dit/dit_weights.h"
 #include "models/tiny_model.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan.h"
@@ -143,7 +143,8 @@ TEST(DitOffloadPin, PinBlocksConvertsIntoOnePinnedBufferPerBlock) {
     ASSERT_EQ(list.size(), want.size());
     size_t mismatched = 0;
     // One buffer per block: each tensor is a view of its own, the views packed one after the
-    // other (256-byte aligned) from the first, which is what DitOffload copies in one transfer.
+    // other (256-byte aligned) from the first, which is what the layer stream copies in one
+    // transfer.
     const auto* base = static_cast<const uint8_t*>(list.front()->raw());
     size_t packed = 0;
     for (size_t k = 0; k < list.size(); ++k) {

@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <set>
 
+#include "core/layer_stream.h"
 #include "core/nvtx.h"
 #include "core/status.h"
-#include "models/h3_dit/dit_offload.h"
 #include "models/h3_dit/dit_tables.h"
 #include "ops/ops.h"
 
@@ -26,14 +26,6 @@ Tensor drop_batch(const Tensor& t, int rank, const char* what) {
   return t;
 }
 
-// Offload streams from host memory to a CUDA device; on the CPU it would be a silent no-op, which
-// hides a wrong command line, so it is refused.
-void check_offload_device(const DitOptions& o) {
-  H3_CHECK(!o.cpu_offload || o.device.is_cuda(), ErrorCode::kUnsupported,
-           "DiT option cpu_offload (--cpu-offload) needs a CUDA device; the model runs on ",
-           o.device.str(), ", where the weights already live in host memory");
-}
-
 Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
 bool is_integer(DType t) { return t == DType::kI64 || t == DType::kI32; }
@@ -49,6 +41,32 @@ Tensor chunk(const Tensor& m, int64_t k, int64_t width) {
 }
 
 }  // namespace
+
+int64_t resolve_resident_blocks(const DitOptions& o, int64_t num_layers) {
+  int64_t n = num_layers;
+  if (o.resident_blocks) {
+    n = *o.resident_blocks;
+    H3_CHECK(n >= 0 && n <= num_layers, ErrorCode::kInvalidArgument,
+             "DiT option resident_blocks = ", n, ": expected a block count in [0, ", num_layers,
+             "]");
+    H3_CHECK(!o.cpu_offload || n == 0, ErrorCode::kInvalidArgument,
+             "DiT options cpu_offload (--cpu-offload) and resident_blocks = ", n,
+             " contradict each other: cpu_offload streams every block (resident_blocks = 0)");
+  } else if (o.cpu_offload) {
+    n = 0;
+  }
+  // Streaming goes from host memory to a CUDA device; on the CPU it would be a silent no-op,
+  // which hides a wrong command line or plan, so it is refused.
+  if (o.cpu_offload || n < num_layers) {
+    H3_CHECK(o.device.is_cuda(), ErrorCode::kUnsupported,
+             o.cpu_offload
+                 ? std::string("DiT option cpu_offload (--cpu-offload)")
+                 : str_cat("DiT option resident_blocks = ", n, " (of ", num_layers, " blocks)"),
+             " needs a CUDA device to stream blocks from pinned host memory; the model runs on ",
+             o.device.str(), ", where the weights already live in host memory");
+  }
+  return n;
+}
 
 const char* precision_name(DitPrecision p) { return p == DitPrecision::kF32 ? "f32" : "bf16"; }
 
@@ -81,12 +99,14 @@ DitModel DitModel::load(const std::string& component_dir, const DitOptions& opti
 DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint& ckpt,
                                    const DitOptions& options) {
   config.validate(ckpt.source());
-  check_offload_device(options);
   DitModel m;
   m.config_ = config;
   m.options_ = options;
+  m.resident_blocks_ = resolve_resident_blocks(options, config.num_layers);
   m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
-  m.weights_ = load_dit_weights(config, ckpt, {options.device, m.act_, options.cpu_offload});
+  const bool streams = m.resident_blocks_ < config.num_layers;
+  m.weights_ =
+      load_dit_weights(config, ckpt, {options.device, m.act_, streams ? m.resident_blocks_ : -1});
   m.init_common();
   return m;
 }
@@ -94,16 +114,18 @@ DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint
 DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
                                 const DitOptions& options) {
   config.validate("DiT config");
-  check_offload_device(options);
   DitModel m;
   m.config_ = config;
   m.options_ = options;
+  m.resident_blocks_ = resolve_resident_blocks(options, config.num_layers);
   m.act_ = options.precision == DitPrecision::kF32 ? DType::kF32 : DType::kBF16;
   H3_CHECK(static_cast<int64_t>(weights.blocks.size()) == config.num_layers,
            ErrorCode::kInvalidArgument, "DiT weights have ", weights.blocks.size(),
            " blocks, the config has ", config.num_layers);
   m.weights_ = std::move(weights);
-  if (options.cpu_offload) pin_blocks(m.weights_.blocks, m.act_);
+  if (m.resident_blocks_ < config.num_layers) {
+    pin_blocks(m.weights_.blocks, m.act_, static_cast<size_t>(m.resident_blocks_));
+  }
   m.init_common();
   return m;
 }
@@ -112,8 +134,19 @@ void DitModel::init_common() {
   ones_ = Tensor::from_f32(std::vector<float>(static_cast<size_t>(config_.hidden_size), 1.0f),
                            {config_.hidden_size}, act_)
               .to(options_.device);
-  if (options_.cpu_offload && !weights_.blocks.empty()) {
-    offload_ = std::make_shared<DitOffload>(weights_.blocks, options_.device);
+  const int64_t num_blocks = static_cast<int64_t>(weights_.blocks.size());
+  if (resident_blocks_ < num_blocks) {
+    std::vector<std::vector<Tensor>> lists;
+    for (int64_t i = resident_blocks_; i < num_blocks; ++i) {
+      DitBlockWeights b = weights_.blocks[static_cast<size_t>(i)];
+      std::vector<Tensor> list;
+      for (const Tensor* t : block_tensor_list(b)) list.push_back(*t);
+      lists.push_back(std::move(list));
+    }
+    // The stream counts its own layers from 0: "DiT block 3 + streamed layer 2" is block 5.
+    stream_ =
+        std::make_shared<LayerStream>(std::move(lists), options_.device,
+                                      str_cat("DiT block ", resident_blocks_, " + streamed layer"));
   }
   if (options_.attention != DitAttentionBackend::kVsa) return;
   // §5.1 knobs, checked once so that a bad value fails at load rather than mid-generation.
@@ -133,7 +166,23 @@ void DitModel::init_common() {
            v.dense_first_steps, ": expected >= 0");
 }
 
-uint64_t DitModel::offload_slot_bytes() const { return offload_ ? offload_->slot_bytes() : 0; }
+uint64_t DitModel::stream_slot_bytes() const { return stream_ ? stream_->slot_bytes() : 0; }
+uint64_t DitModel::stream_host_bytes() const { return stream_ ? stream_->host_bytes() : 0; }
+
+DitBlockWeights DitModel::acquire_streamed(int64_t block, int64_t next_block) const {
+  const int64_t next = next_block < 0 ? -1 : next_block - resident_blocks_;
+  const std::vector<Tensor> views = stream_->acquire(block - resident_blocks_, next);
+  // The host block supplies which optional tensors exist; its tensors are replaced by the views,
+  // which come in the same order.
+  DitBlockWeights w = weights_.blocks[static_cast<size_t>(block)];
+  const std::vector<Tensor*> list = block_tensor_list(w);
+  H3_CHECK(list.size() == views.size(), ErrorCode::kInternal, "DiT block ", block, ": ",
+           views.size(), " streamed tensors for ", list.size(), " weights");
+  for (size_t k = 0; k < list.size(); ++k) *list[k] = views[k];
+  return w;
+}
+
+void DitModel::release_streamed(int64_t block) const { stream_->release(block - resident_blocks_); }
 
 double DitModel::vsa_sparsity() const {
   const double s = options_.vsa.sparsity;
@@ -349,15 +398,16 @@ Tensor DitModel::run_block(int64_t block, const Tensor& x_in, const Tensor& temb
   H3_CHECK(block >= 0 && block < static_cast<int64_t>(weights_.blocks.size()),
            ErrorCode::kInvalidArgument, "DiT block ", block, ": the model has ",
            weights_.blocks.size(), " blocks");
-  if (!offload_) {
+  if (block < resident_blocks_) {
     return run_block_with(weights_.blocks[static_cast<size_t>(block)], block, x_in, temb_act,
                           adaln_rows, layout, step_index, trace);
   }
-  // One block on its own: a pass of length one (no prefetch).
-  offload_->begin(block);
-  const DitBlockWeights w = offload_->acquire(block, /*prefetch_next=*/false);
+  // One streamed block on its own: a pass of length one (no prefetch; no copy either when the
+  // block still sits in a slot).
+  stream_->begin(block - resident_blocks_);
+  const DitBlockWeights w = acquire_streamed(block, -1);
   Tensor y = run_block_with(w, block, x_in, temb_act, adaln_rows, layout, step_index, trace);
-  offload_->release(block);
+  release_streamed(block);
   return y;
 }
 
@@ -469,18 +519,21 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
 
   if (trace) trace->vsa.clear();
   const int64_t num_blocks = static_cast<int64_t>(weights_.blocks.size());
-  if (offload_) {
-    // Double-buffered pass (dit_offload.h): block i+1 is copied while block i computes.
-    offload_->begin(0);
-    for (int64_t i = 0; i < num_blocks; ++i) {
-      const DitBlockWeights w = offload_->acquire(i, /*prefetch_next=*/true);
-      x = run_block_with(w, i, x, temb_act, adaln_rows, layout, step_index, trace);
-      offload_->release(i);
+  // Blocks [0, resident_blocks_) run from their device weights. The streamed ones run double
+  // buffered (core/layer_stream.h): block i+1 is copied while block i computes, and the last one
+  // prefetches the first streamed block of the next forward. begin() brings that first block in
+  // (unless the previous forward did) while the resident blocks run.
+  if (stream_) stream_->begin(0);
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    if (i < resident_blocks_) {
+      x = run_block_with(weights_.blocks[static_cast<size_t>(i)], i, x, temb_act, adaln_rows,
+                         layout, step_index, trace);
+      continue;
     }
-  } else {
-    for (int64_t i = 0; i < num_blocks; ++i) {
-      x = run_block(i, x, temb_act, adaln_rows, layout, step_index, trace);
-    }
+    const int64_t next = i + 1 < num_blocks ? i + 1 : resident_blocks_;  // wraps
+    const DitBlockWeights w = acquire_streamed(i, next);
+    x = run_block_with(w, i, x, temb_act, adaln_rows, layout, step_index, trace);
+    release_streamed(i);
   }
 
   // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the

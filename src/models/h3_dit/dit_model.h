@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@
 #include "models/h3_dit/dit_config.h"
 #include "models/h3_dit/dit_weights.h"
 #include "ops/vsa.h"
+
+namespace h3 {
+class LayerStream;
+}
 
 namespace h3::dit {
 
@@ -61,12 +66,23 @@ struct DitOptions {
   DitRounding rounding = DitRounding::kEager;
   DitAttentionBackend attention = DitAttentionBackend::kDense;
   DitVsaOptions vsa{};
-  // --cpu-offload (issue #6, dit_offload.h): the main blocks' weights stay in pinned host memory
-  // and are streamed into two device slots block by block (double buffered on a copy stream).
-  // Outputs are bit-identical to the resident model. CUDA devices only: on the CPU the weights
-  // already live in host memory, and asking for it is refused (kUnsupported) rather than ignored.
+  // --cpu-offload (issue #6): every main block's weights stay in pinned host memory and are
+  // streamed into two device slots block by block (double buffered on a copy stream,
+  // core/layer_stream.h). The same as resident_blocks = 0.
   bool cpu_offload = false;
+  // Partial residency (h3_components_spec.md §5, set by the memory planner): main blocks
+  // [0, resident_blocks) stay on the device, blocks [resident_blocks, num_layers) live in pinned
+  // host memory and stream through the two slots. Unset: every block resident (none with
+  // cpu_offload; together they must agree on 0). Outputs are bit-identical to the resident model
+  // for every value. Streaming needs a CUDA device: on the CPU the weights already live in host
+  // memory, and asking for it is refused (kUnsupported) rather than ignored.
+  std::optional<int64_t> resident_blocks{};
 };
+
+// The number of main blocks that stay on the device under `options` for a model of `num_layers`
+// blocks (the rest stream). Throws kInvalidArgument for a count outside [0, num_layers] or one
+// that contradicts cpu_offload, kUnsupported when blocks would stream on a non-CUDA device.
+int64_t resolve_resident_blocks(const DitOptions& options, int64_t num_layers);
 
 // The refined text rows of one prompt, on the model's device in the activation dtype.
 struct DitTextContext {
@@ -117,8 +133,6 @@ struct DitInputs {
   Tensor video_indices, audio_indices, text_indices;  // integer
 };
 
-class DitOffload;
-
 class DitModel {
  public:
   // Loads `component_dir` (config.json plus a single or sharded safetensors checkpoint).
@@ -129,10 +143,17 @@ class DitModel {
   const DitConfig& config() const { return config_; }
   const DitOptions& options() const { return options_; }
   DType activation_dtype() const { return act_; }
-  // With cpu_offload, weights().blocks are CPU tensors over pinned host memory.
+  // Streamed blocks (index >= resident_blocks()) are CPU tensors over pinned host memory in
+  // weights().blocks; the rest lives on the device.
   const DitWeights& weights() const { return weights_; }
-  // Device bytes of the two block slots with cpu_offload (0 without).
-  uint64_t offload_slot_bytes() const;
+  // Main blocks on the device, and blocks streamed from pinned host memory (they add up to
+  // config().num_layers).
+  int64_t resident_blocks() const { return resident_blocks_; }
+  int64_t streamed_blocks() const { return config_.num_layers - resident_blocks_; }
+  // Device bytes of the block slots (min(2, streamed_blocks()) x the largest streamed block; 0
+  // when nothing streams), and pinned host bytes of the streamed blocks.
+  uint64_t stream_slot_bytes() const;
+  uint64_t stream_host_bytes() const;
 
   // context_embedder + token refiner + final norm (§2.3-2.4). `encoder_hidden_states` is
   // [L, text_dim] (any float dtype, any device).
@@ -182,6 +203,10 @@ class DitModel {
   Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope,
                          double vsa_sparsity = -1.0, ops::VsaTrace* vsa_trace = nullptr) const;
   void init_common();
+  // Streamed block `block` as views into its slot (waits for its copy, prefetches `next_block`,
+  // -1 for none); release_streamed(block) after its work is queued.
+  DitBlockWeights acquire_streamed(int64_t block, int64_t next_block) const;
+  void release_streamed(int64_t block) const;
   Tensor run_block_with(const DitBlockWeights& b, int64_t block, const Tensor& x,
                         const Tensor& temb_act, const Tensor& adaln_rows, const DitLayout& layout,
                         int64_t step_index, DitTrace* trace) const;
@@ -200,9 +225,11 @@ class DitModel {
   DType act_ = DType::kF32;
   DitWeights weights_;
   Tensor ones_;  // [hidden] of 1 in the activation dtype: the "1 +" of the eager modulation
-  // Block streaming state with cpu_offload (slots, copy stream, events); shared so that the model
-  // stays movable, and mutable through const forward() by design (it only orders copies).
-  std::shared_ptr<DitOffload> offload_;
+  int64_t resident_blocks_ = 0;
+  // Block streaming state of blocks [resident_blocks_, num_layers) (slots, copy stream, events);
+  // shared so that the model stays movable, and mutable through const forward() by design (it
+  // only orders copies).
+  std::shared_ptr<LayerStream> stream_;
 };
 
 }  // namespace h3::dit

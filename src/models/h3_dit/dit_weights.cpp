@@ -3,9 +3,9 @@
 #include <map>
 #include <set>
 
+#include "core/layer_stream.h"
 #include "core/status.h"
 #include "io/device_loader.h"
-#include "models/h3_dit/dit_offload.h"
 
 namespace h3::dit {
 namespace {
@@ -35,7 +35,32 @@ void add_block_common_specs(std::vector<DitTensorSpec>& out, const std::string& 
   out.push_back({p + "ff.net.2.weight", {h, c.ffn_dim}});
 }
 
+// The main block a tensor name belongs to, or -1 (not a main block tensor).
+int64_t main_block_of(const std::string& name) {
+  static const std::string kPrefix = "transformer_blocks.";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  int64_t i = 0;
+  size_t k = kPrefix.size();
+  if (k >= name.size() || name[k] < '0' || name[k] > '9') return -1;
+  for (; k < name.size() && name[k] >= '0' && name[k] <= '9'; ++k) i = i * 10 + (name[k] - '0');
+  return i;
+}
+
 }  // namespace
+
+std::vector<Tensor*> block_tensor_list(DitBlockWeights& b) {
+  std::vector<Tensor*> v = {&b.norm1,     &b.norm2,       &b.attn.to_q,   &b.attn.to_k,
+                            &b.attn.to_v, &b.attn.norm_q, &b.attn.norm_k, &b.attn.to_out,
+                            &b.ff.fc_in,  &b.ff.fc_out,   &b.adaln_w,     &b.adaln_b};
+  if (b.attn.to_gate.defined()) v.push_back(&b.attn.to_gate);
+  return v;
+}
+
+void pin_blocks(std::vector<DitBlockWeights>& blocks, DType dtype, size_t first) {
+  std::vector<std::vector<Tensor*>> lists;
+  for (size_t i = first; i < blocks.size(); ++i) lists.push_back(block_tensor_list(blocks[i]));
+  pin_layers(lists, dtype, "DiT block", static_cast<int64_t>(first));
+}
 
 std::vector<DitTensorSpec> dit_tensor_specs(const DitConfig& c) {
   const int64_t h = c.hidden_size;
@@ -127,7 +152,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     H3_CHECK(dtype_is_float(info.dtype), ErrorCode::kInvalidFile, src, ": tensor '", s.name,
              "' has dtype ", dtype_name(info.dtype), ", expected a float type");
     const DType want = s.fp32_island ? DType::kF32 : policy.body_dtype;
-    if (policy.blocks_in_host_memory && s.name.rfind("transformer_blocks.", 0) == 0) {
+    if (policy.resident_blocks >= 0 && main_block_of(s.name) >= policy.resident_blocks) {
       // The mmap view, converted once by pin_blocks() below into the pinned buffer.
       loaded.emplace(s.name, ckpt.tensor(s.name));
       continue;
@@ -201,8 +226,10 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   w.audio_proj_out_w = take("audio_proj_out.weight");
   w.audio_proj_out_b = take("audio_proj_out.bias");
   w.has_vsa_gates = gates_present > 0;
-  // The blocks' mmap views are replaced by pinned copies (the views go with `loaded`).
-  if (policy.blocks_in_host_memory) pin_blocks(w.blocks, policy.body_dtype);
+  // The streamed blocks' mmap views are replaced by pinned copies (the views go with `loaded`).
+  if (policy.resident_blocks >= 0 && policy.resident_blocks < config.num_layers) {
+    pin_blocks(w.blocks, policy.body_dtype, static_cast<size_t>(policy.resident_blocks));
+  }
   return w;
 }
 

@@ -66,9 +66,10 @@ struct DitWeights {
 struct DitWeightPolicy {
   Device device = Device::cpu();
   DType body_dtype = DType::kBF16;
-  // --cpu-offload (issue #6, dit_offload.h): the main blocks go to pinned host memory in
-  // body_dtype, read from the checkpoint's mmap straight into it; the rest goes to `device`.
-  bool blocks_in_host_memory = false;
+  // Main blocks [0, resident_blocks) go to `device`; blocks [resident_blocks, num_layers) go to
+  // pinned host memory in body_dtype, read from the checkpoint's mmap straight into it (streamed
+  // at run time, core/layer_stream.h). Negative: every block on `device`. 0 is --cpu-offload.
+  int64_t resident_blocks = -1;
 };
 
 // Loads every tensor the config implies from `ckpt`. Errors (h3::Error) name the tensor and the
@@ -78,6 +79,14 @@ struct DitWeightPolicy {
 // block has one; gates on some blocks only are refused (kUnsupported).
 DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
                             const DitWeightPolicy& policy);
+
+// The tensors of one main block in a fixed order (the compression gate only when defined): the
+// layout of a streamed block in its pinned buffer and in a device slot.
+std::vector<Tensor*> block_tensor_list(DitBlockWeights& b);
+
+// Places blocks [first, blocks.size()) in pinned host memory, one buffer per block, converted to
+// `dtype` (core/layer_stream.h pin_layers). Needs CUDA; throws kUnsupported otherwise.
+void pin_blocks(std::vector<DitBlockWeights>& blocks, DType dtype, size_t first = 0);
 
 // Every released tensor name with its shape for a config, in checkpoint order of §1.3.
 struct DitTensorSpec {

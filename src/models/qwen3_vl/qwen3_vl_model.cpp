@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/layer_stream.h"
 #include "core/status.h"
 #include "io/device_loader.h"
 #include "ops/ops.h"
@@ -10,15 +11,20 @@
 namespace h3::qwen3_vl {
 namespace {
 
-// Reads `name`, checks its shape, converts to the compute dtype and moves it to the device.
-Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape,
-                   DType dtype, Device device) {
+// Checks that `name` exists with `shape`.
+void check_tensor(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape) {
   H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, ckpt.source(), ": missing tensor '", name,
            "' (Qwen3-VL text encoder)");
   const io::TensorInfo& info = ckpt.info(name);
   H3_CHECK(info.shape == shape, ErrorCode::kInvalidFile, ckpt.source(), ": tensor '", name,
            "' has shape ", shape_str(info.shape), ", expected ", shape_str(shape),
            " from config.json");
+}
+
+// Reads `name`, checks its shape, converts to the compute dtype and moves it to the device.
+Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape,
+                   DType dtype, Device device) {
+  check_tensor(ckpt, name, shape);
   if (device.is_cuda()) return io::load_tensor_to(ckpt, name, device, dtype);  // no CPU copy
   Tensor t = ckpt.tensor(name).to(dtype);
   // Own the bytes: a borrowed view would keep the whole mapping alive after release().
@@ -26,19 +32,36 @@ Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Sh
   return t.to(device);
 }
 
+// Streaming goes from host memory to a CUDA device; on the CPU it would be a silent no-op, which
+// hides a wrong command line or plan, so it is refused.
+void check_stream_device(const Qwen3VlLoadOptions& options, Device device) {
+  H3_CHECK(!options.stream_layers || device.is_cuda(), ErrorCode::kUnsupported,
+           "Qwen3-VL option stream_layers (stream_conditioner) needs a CUDA device to stream "
+           "decoder layers from pinned host memory; the model runs on ",
+           device.str(), ", where the weights already live in host memory");
+}
+
 }  // namespace
 
-Qwen3VlModel Qwen3VlModel::load(const std::string& dir, DType dtype, Device device) {
+std::vector<Tensor*> layer_tensor_list(DecoderLayerWeights& w) {
+  return {&w.input_norm, &w.q_proj,    &w.k_proj,    &w.v_proj,  &w.o_proj,   &w.q_norm,
+          &w.k_norm,     &w.post_norm, &w.gate_proj, &w.up_proj, &w.down_proj};
+}
+
+Qwen3VlModel Qwen3VlModel::load(const std::string& dir, DType dtype, Device device,
+                                const Qwen3VlLoadOptions& options) {
+  check_stream_device(options, device);  // before anything is read
   const Qwen3VlConfig config = Qwen3VlConfig::from_file(dir + "/config.json");
   const io::Checkpoint ckpt = io::Checkpoint::open(dir);
-  return load(config, ckpt, dtype, device);
+  return load(config, ckpt, dtype, device, options);
 }
 
 Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt,
-                                DType dtype, Device device) {
+                                DType dtype, Device device, const Qwen3VlLoadOptions& options) {
   H3_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, ErrorCode::kUnsupported,
            "Qwen3-VL text encoder: compute dtype ", dtype_name(dtype),
            " not supported (float32 or bfloat16)");
+  check_stream_device(options, device);
   Qwen3VlModel m;
   m.config_ = config;
   m.dtype_ = dtype;
@@ -54,6 +77,11 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
     const std::string p = lm + "layers." + std::to_string(i) + ".";
     DecoderLayerWeights w;
     auto get = [&](const std::string& n, const Shape& s) {
+      // Streamed: the checkpoint's mmap view, converted once by pin_layers() below.
+      if (options.stream_layers) {
+        check_tensor(ckpt, p + n, s);
+        return ckpt.tensor(p + n);
+      }
       return load_tensor(ckpt, p + n, s, dtype, device);
     };
     w.input_norm = get("input_layernorm.weight", {hid});
@@ -69,23 +97,52 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
     w.down_proj = get("mlp.down_proj.weight", {hid, t.intermediate_size});
     m.layers_.push_back(std::move(w));
   }
+  if (options.stream_layers && !m.layers_.empty()) {
+    std::vector<std::vector<Tensor*>> lists;
+    for (DecoderLayerWeights& w : m.layers_) lists.push_back(layer_tensor_list(w));
+    pin_layers(lists, dtype, "Qwen3-VL decoder layer");
+    std::vector<std::vector<Tensor>> host;
+    for (DecoderLayerWeights& w : m.layers_) {
+      std::vector<Tensor> list;
+      for (const Tensor* x : layer_tensor_list(w)) list.push_back(*x);
+      host.push_back(std::move(list));
+    }
+    m.stream_ = std::make_shared<LayerStream>(std::move(host), device, "Qwen3-VL decoder layer");
+  }
   m.vision_ = VisionTower::load(config, ckpt, dtype, device);
   m.loaded_ = true;
   return m;
 }
 
-uint64_t Qwen3VlModel::weight_bytes() const {
-  uint64_t n = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
+uint64_t Qwen3VlModel::layer_bytes(bool on_device) const {
+  uint64_t n = 0;
   for (const auto& w : layers_) {
     for (const Tensor* t : {&w.input_norm, &w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.q_norm,
                             &w.k_norm, &w.post_norm, &w.gate_proj, &w.up_proj, &w.down_proj}) {
-      if (t->defined()) n += t->nbytes();
+      if (t->defined() && t->device().is_cuda() == on_device) n += t->nbytes();
     }
   }
-  return n + vision_.weight_bytes();
+  return n;
+}
+
+uint64_t Qwen3VlModel::weight_bytes() const {
+  const uint64_t n = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
+  return n + layer_bytes(false) + layer_bytes(true) + vision_.weight_bytes();
+}
+
+uint64_t Qwen3VlModel::stream_slot_bytes() const { return stream_ ? stream_->slot_bytes() : 0; }
+uint64_t Qwen3VlModel::stream_host_bytes() const { return stream_ ? stream_->host_bytes() : 0; }
+
+uint64_t Qwen3VlModel::device_bytes() const {
+  if (!device_.is_cuda()) return 0;
+  const uint64_t n = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
+  return n + layer_bytes(true) + vision_.weight_bytes() + stream_slot_bytes();
 }
 
 void Qwen3VlModel::release() {
+  // The stream first: its destructor lets in-flight copies (a prefetch for a pass that never
+  // came) land before the pinned layers and the slots go.
+  stream_.reset();
   embed_tokens_ = Tensor();
   std::vector<DecoderLayerWeights>().swap(layers_);
   vision_.release();
@@ -190,8 +247,19 @@ Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
   }
   // Row indices may come from the host; the gathers run where the activations are.
   const Tensor vrows = visual_rows ? visual_rows->to(device_) : Tensor();
-  size_t layer = 0;
-  for (const DecoderLayerWeights& w : layers_) {
+  // Streamed layers run double buffered (core/layer_stream.h): layer i+1 is copied while layer i
+  // computes, and the last one prefetches layer 0 for the next forward (begin() then finds it in
+  // its slot).
+  const int64_t num_layers = static_cast<int64_t>(layers_.size());
+  if (stream_) stream_->begin(0);
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    DecoderLayerWeights streamed;
+    if (stream_) {
+      const std::vector<Tensor> views = stream_->acquire(layer, (layer + 1) % num_layers);
+      const std::vector<Tensor*> list = layer_tensor_list(streamed);
+      for (size_t k = 0; k < list.size(); ++k) *list[k] = views[k];
+    }
+    const DecoderLayerWeights& w = stream_ ? streamed : layers_[static_cast<size_t>(layer)];
     const Tensor h = ops::rms_norm(x, &w.input_norm, eps);
     const Tensor q = ops::qk_norm_rope(ops::linear(h, w.q_proj).view({len, hq, hd}), &w.q_norm, eps,
                                        cos, sin, rot);
@@ -206,12 +274,13 @@ Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
     // hidden_states[i] is the decoder layer's own output, recorded before the DeepStack add (as
     // the reference captures layer outputs); the add is applied to a copy so the record stays.
     if (hidden_states) hidden_states->push_back(x);
-    if (visual_rows && deepstack && layer < deepstack->size()) {
+    if (stream_) stream_->release(layer);
+    if (visual_rows && deepstack && static_cast<size_t>(layer) < deepstack->size()) {
       const Tensor rows = ops::gather_rows(x, vrows);
       x = ops::copy(x);
-      ops::scatter_rows(x, vrows, ops::add(rows, (*deepstack)[layer].to(device_)));
+      ops::scatter_rows(x, vrows,
+                        ops::add(rows, (*deepstack)[static_cast<size_t>(layer)].to(device_)));
     }
-    ++layer;
   }
   return x;
 }

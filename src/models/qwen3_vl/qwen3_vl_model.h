@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@
 #include "models/qwen3_vl/qwen3_vl_positions.h"
 #include "models/qwen3_vl/qwen3_vl_vision.h"
 
+namespace h3 {
+class LayerStream;
+}
+
 namespace h3::qwen3_vl {
 
 struct DecoderLayerWeights {
@@ -32,20 +37,43 @@ struct DecoderLayerWeights {
   Tensor gate_proj, up_proj, down_proj;
 };
 
+// The tensors of one decoder layer in a fixed order: the layout of a streamed layer in its pinned
+// buffer and in a device slot.
+std::vector<Tensor*> layer_tensor_list(DecoderLayerWeights& w);
+
+struct Qwen3VlLoadOptions {
+  // Decoder layers 0..tap-1 stay in pinned host memory (read once from the checkpoint, converted
+  // to the compute dtype on the way) and stream through two device slots during forward, the
+  // next layer copied while one runs (core/layer_stream.h). Token embeddings and the vision tower
+  // stay on the device. Outputs are bit-identical to the resident model. Needs a CUDA device
+  // (kUnsupported otherwise: on the CPU the weights already live in host memory).
+  bool stream_layers = false;
+};
+
 class Qwen3VlModel {
  public:
   Qwen3VlModel() = default;
   // `dir` is the text_encoder/ folder (config.json + safetensors checkpoint).
-  static Qwen3VlModel load(const std::string& dir, DType dtype, Device device = Device::cpu());
+  static Qwen3VlModel load(const std::string& dir, DType dtype, Device device = Device::cpu(),
+                           const Qwen3VlLoadOptions& options = {});
   static Qwen3VlModel load(const Qwen3VlConfig& config, const io::Checkpoint& ckpt, DType dtype,
-                           Device device = Device::cpu());
+                           Device device = Device::cpu(), const Qwen3VlLoadOptions& options = {});
 
   const Qwen3VlConfig& config() const { return config_; }
   bool loaded() const { return loaded_; }
   DType dtype() const { return dtype_; }
-  // Bytes held by the loaded weights (0 after release()).
+  // Bytes held by the loaded weights, wherever they live (0 after release()).
   uint64_t weight_bytes() const;
-  // Drops every tensor the model holds (weights and the checkpoint mapping they borrow).
+  // Whether the decoder layers stream from pinned host memory (Qwen3VlLoadOptions).
+  bool streams_layers() const { return stream_ != nullptr; }
+  // Device bytes of the layer slots (2 x one decoder layer, one slot when tap = 1; 0 without
+  // streaming), and pinned host bytes of the streamed layers.
+  uint64_t stream_slot_bytes() const;
+  uint64_t stream_host_bytes() const;
+  // What the model holds on its device: resident weights plus the slots.
+  uint64_t device_bytes() const;
+  // Drops every tensor the model holds (weights and the checkpoint mapping they borrow), the
+  // pinned host memory of streamed layers and the slots included.
   void release();
 
   // Token embeddings [L, hidden]; ids outside the vocabulary are an error.
@@ -73,13 +101,17 @@ class Qwen3VlModel {
 
  private:
   void check_loaded(const char* what) const;
+  uint64_t layer_bytes(bool on_device) const;
   Qwen3VlConfig config_;
   DType dtype_ = DType::kF32;
   Device device_ = Device::cpu();
   bool loaded_ = false;
   Tensor embed_tokens_;  // [vocab, hidden]
-  std::vector<DecoderLayerWeights> layers_;
+  std::vector<DecoderLayerWeights> layers_;  // pinned host tensors when streamed
   VisionTower vision_;
+  // Layer streaming state (slots, copy stream, events); shared so that the model stays movable,
+  // and mutable through const forward() by design (it only orders copies).
+  std::shared_ptr<LayerStream> stream_;
 };
 
 // Text positions: [3, L] int64 with 0..L-1 on every axis (§1.6, no vision).

@@ -1,10 +1,10 @@
-// The one CUDA call of the DiT's block streaming (dit_offload.h).
+// The one CUDA call of layer streaming (core/layer_stream.h).
 #include <cuda_runtime.h>
 
+#include "core/layer_stream.h"
 #include "core/status.h"
-#include "models/h3_dit/dit_offload.h"
 
-namespace h3::dit {
+namespace h3 {
 
 void copy_to_device_async(void* dst, const void* src, size_t bytes, const Stream& stream) {
   if (bytes == 0) return;
@@ -12,9 +12,9 @@ void copy_to_device_async(void* dst, const void* src, size_t bytes, const Stream
                                           static_cast<cudaStream_t>(stream.handle()));
   if (err != cudaSuccess) {
     cudaGetLastError();
-    fail(ErrorCode::kInternal, "DiT offload: copy of ", bytes,
-         " bytes of block weights to the device failed: ", cudaGetErrorString(err));
+    fail(ErrorCode::kInternal, "layer stream: copy of ", bytes,
+         " bytes of layer weights to the device failed: ", cudaGetErrorString(err));
   }
 }
 
-}  // namespace h3::dit
+}  // namespace h3

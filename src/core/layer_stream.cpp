@@ -1,0 +1,234 @@
+#include "core/layer_stream.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "core/status.h"
+
+namespace h3 {
+namespace {
+
+size_t align_up(size_t n) {
+  return (n + kLayerTensorAlign - 1) / kLayerTensorAlign * kLayerTensorAlign;
+}
+
+std::atomic<uint64_t> g_pinned_live{0};
+
+}  // namespace
+
+uint64_t layer_packed_bytes(const std::vector<uint64_t>& tensor_bytes) {
+  size_t total = 0;
+  for (uint64_t b : tensor_bytes) total = align_up(total) + static_cast<size_t>(b);
+  return total;
+}
+
+uint64_t pinned_layer_bytes_live() { return g_pinned_live.load(); }
+
+void pin_layers(const std::vector<std::vector<Tensor*>>& layers, DType dtype,
+                const std::string& what, int64_t first_index) {
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const std::vector<Tensor*>& list = layers[li];
+    const int64_t i = first_index + static_cast<int64_t>(li);
+    H3_CHECK(!list.empty(), ErrorCode::kInvalidArgument, what, " ", i,
+             ": no tensors to place in host memory");
+    std::vector<size_t> offsets;
+    size_t total = 0;
+    for (const Tensor* t : list) {
+      H3_CHECK(t->defined(), ErrorCode::kInvalidArgument, what, " ", i,
+               ": a weight tensor is missing, cannot place it in host memory");
+      total = align_up(total);
+      offsets.push_back(total);
+      total += static_cast<size_t>(t->numel()) * dtype_size(dtype);
+    }
+    const size_t bytes = std::max<size_t>(total, 1);
+    void* p = cuda_host_alloc(bytes);
+    g_pinned_live += bytes;
+    // The buffer is freed with the last view of any of the layer's tensors.
+    const std::shared_ptr<void> owner(p, [bytes](void* q) {
+      cuda_host_free(q);
+      g_pinned_live -= bytes;
+    });
+    for (size_t k = 0; k < list.size(); ++k) {
+      Tensor& t = *list[k];
+      Tensor dst = Tensor::borrow(static_cast<uint8_t*>(p) + offsets[k], t.shape(), dtype,
+                                  Device::cpu(), owner);
+      // The source is normally the checkpoint's mmap view: read once, converted on the way.
+      dst.copy_from(t.device().is_cpu() ? t : t.to(Device::cpu()));
+      t = std::move(dst);
+    }
+  }
+}
+
+// ---- LayerSlotSchedule
+// ---------------------------------------------------------------------------
+
+LayerSlotSchedule::LayerSlotSchedule(int64_t num_layers) : num_layers_(num_layers) {
+  H3_CHECK(num_layers > 0, ErrorCode::kInvalidArgument, "layer stream: ", num_layers,
+           " layers (expected at least one)");
+}
+
+void LayerSlotSchedule::check_layer(int64_t i, const char* what) const {
+  H3_CHECK(i >= 0 && i < num_layers_, ErrorCode::kInvalidArgument, "layer stream: ", what,
+           " of layer ", i, ", outside [0, ", num_layers_, ")");
+}
+
+int LayerSlotSchedule::slot_of(int64_t layer) const {
+  for (int s = 0; s < kSlots; ++s) {
+    if (slots_[s].layer == layer) return s;
+  }
+  return -1;
+}
+
+int LayerSlotSchedule::in_use_slot() const {
+  for (int s = 0; s < kSlots; ++s) {
+    if (slots_[s].in_use) return s;
+  }
+  return -1;
+}
+
+std::optional<LayerSlotSchedule::Copy> LayerSlotSchedule::bring(int64_t layer, int avoid_slot) {
+  if (slot_of(layer) >= 0) return std::nullopt;  // still there: slots are only written by copies
+  // Alternate: the slot not written last, unless that is the one in use.
+  const int n = num_slots();
+  const int s = avoid_slot >= 0 ? (avoid_slot + 1) % n : (last_copied_ + 1) % n;
+  H3_CHECK(!slots_[s].in_use, ErrorCode::kInternal, "layer stream: the copy of layer ", layer,
+           " would overwrite layer ", slots_[s].layer, ", which is in use");
+  Copy c{layer, s, slots_[s].ran};
+  slots_[s].layer = layer;
+  last_copied_ = s;
+  ++copies_;
+  return c;
+}
+
+std::optional<LayerSlotSchedule::Copy> LayerSlotSchedule::begin(int64_t first) {
+  check_layer(first, "begin");
+  for (Slot& s : slots_) s.in_use = false;
+  return bring(first, -1);
+}
+
+int LayerSlotSchedule::acquire(int64_t i) {
+  check_layer(i, "acquire");
+  const int s = slot_of(i);
+  H3_CHECK(s >= 0, ErrorCode::kInternal, "layer stream: layer ", i,
+           " was not copied to a slot (begin() or a prefetch must bring it first)");
+  const int busy = in_use_slot();
+  H3_CHECK(busy < 0, ErrorCode::kInternal, "layer stream: acquire of layer ", i, " while layer ",
+           slots_[busy].layer, " is still in use (release it first)");
+  slots_[s].in_use = true;
+  return s;
+}
+
+std::optional<LayerSlotSchedule::Copy> LayerSlotSchedule::prefetch(int64_t next) {
+  check_layer(next, "prefetch");
+  const int busy = in_use_slot();
+  H3_CHECK(busy >= 0, ErrorCode::kInternal, "layer stream: prefetch of layer ", next,
+           " outside a pass (no layer is in use)");
+  return bring(next, busy);
+}
+
+int LayerSlotSchedule::release(int64_t i) {
+  check_layer(i, "release");
+  const int s = slot_of(i);
+  H3_CHECK(s >= 0 && slots_[s].in_use, ErrorCode::kInternal, "layer stream: release of layer ", i,
+           ", which is not in use");
+  slots_[s].in_use = false;
+  slots_[s].ran = true;
+  return s;
+}
+
+// ---- LayerStream
+// ---------------------------------------------------------------------------------
+
+LayerStream::LayerStream(std::vector<std::vector<Tensor>> layers, Device device, std::string what)
+    : layers_(std::move(layers)),
+      what_(std::move(what)),
+      device_(device),
+      schedule_(static_cast<int64_t>(layers_.size())) {
+  H3_CHECK(device.is_cuda(), ErrorCode::kUnsupported, what_, " streaming needs a CUDA device, got ",
+           device.str());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    // pin_layers() lays a layer's tensors out one after the other (aligned) in one pinned buffer,
+    // each tensor borrowing it: the layer is the span from the first tensor to the end of the
+    // last, copied to a slot in one transfer.
+    const std::vector<Tensor>& list = layers_[i];
+    H3_CHECK(!list.empty() && list.front().defined(), ErrorCode::kInternal, what_, " ", i,
+             ": no tensors to stream");
+    const auto* base = static_cast<const uint8_t*>(list.front().raw());
+    size_t span = 0, packed = 0;
+    for (const Tensor& t : list) {
+      const auto* p = static_cast<const uint8_t*>(t.raw());
+      H3_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous() && p >= base,
+               ErrorCode::kInternal, what_, " ", i,
+               ": streamed weights must be laid out in one pinned host buffer per layer");
+      span = std::max(span, static_cast<size_t>(p - base) + t.nbytes());
+      packed = align_up(packed) + t.nbytes();
+    }
+    H3_CHECK(span == packed, ErrorCode::kInternal, what_, " ", i, ": streamed weights span ", span,
+             " bytes, expected ", packed, " (one pinned buffer per layer)");
+    host_.push_back({base, span});
+    host_bytes_ += span;
+    slot_capacity_ = std::max(slot_capacity_, span);
+  }
+  // The slots (two, one for a single layer), allocated once: the pool is ordered on the default
+  // stream, and begin() orders the copy stream after these allocations.
+  for (int s = 0; s < schedule_.num_slots(); ++s) {
+    slots_[s] = Storage::allocate(std::max<size_t>(slot_capacity_, 1), device_);
+  }
+  copy_stream_ = Stream::create(device_.index, /*non_blocking=*/true);
+  start_ = Event::create(device_.index, false);
+  for (int s = 0; s < LayerSlotSchedule::kSlots; ++s) {
+    copy_done_[s] = Event::create(device_.index, false);
+    compute_done_[s] = Event::create(device_.index, false);
+  }
+}
+
+LayerStream::~LayerStream() {
+  // Copies still in flight (a prefetch for a pass that never came) read pinned memory and write a
+  // slot: let them land before either goes.
+  try {
+    if (copy_stream_.owned()) copy_stream_.synchronize();
+  } catch (...) {
+  }
+}
+
+void LayerStream::issue(const LayerSlotSchedule::Copy& c) {
+  // The slot's previous layer must be done reading it on the default stream.
+  if (c.wait_compute) copy_stream_.wait(compute_done_[c.slot]);
+  const HostLayer& h = host_[static_cast<size_t>(c.layer)];
+  copy_to_device_async(slots_[c.slot]->data(), h.base, h.bytes, copy_stream_);
+  copy_done_[c.slot].record(copy_stream_);
+}
+
+void LayerStream::begin(int64_t first) {
+  const std::optional<LayerSlotSchedule::Copy> c = schedule_.begin(first);
+  // Everything queued so far on the default stream (the slots' allocation, an abandoned pass)
+  // comes before this pass's copies.
+  start_.record(default_stream_);
+  copy_stream_.wait(start_);
+  if (c) issue(*c);
+}
+
+std::vector<Tensor> LayerStream::acquire(int64_t i, int64_t next) {
+  const int slot = schedule_.acquire(i);
+  default_stream_.wait(copy_done_[slot]);
+  if (next >= 0) {
+    if (const std::optional<LayerSlotSchedule::Copy> c = schedule_.prefetch(next)) issue(*c);
+  }
+  const std::vector<Tensor>& host = layers_[static_cast<size_t>(i)];
+  const uint8_t* base = host_[static_cast<size_t>(i)].base;
+  auto* dev = static_cast<uint8_t*>(slots_[slot]->data());
+  std::vector<Tensor> views;
+  views.reserve(host.size());
+  for (const Tensor& t : host) {
+    const size_t off = static_cast<size_t>(static_cast<const uint8_t*>(t.raw()) - base);
+    views.push_back(Tensor::borrow(dev + off, t.shape(), t.dtype(), device_, slots_[slot]));
+  }
+  return views;
+}
+
+void LayerStream::release(int64_t i) {
+  const int slot = schedule_.release(i);
+  compute_done_[slot].record(default_stream_);
+}
+
+}  // namespace h3
