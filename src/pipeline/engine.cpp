@@ -100,9 +100,12 @@ Engine::~Engine() = default;
 // host memory, and stays loaded like a resident one, so warm generations read nothing from disk.
 bool Engine::releases_conditioner() const { return plan_.sequential; }
 
-qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
+qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc, bool with_vision) {
   Loaded& l = *loaded_;
-  if (l.conditioner && l.conditioner->loaded()) return *l.conditioner;
+  if (l.conditioner && l.conditioner->loaded() && (l.conditioner->has_vision() || !with_vision))
+    return *l.conditioner;
+  // A text-only conditioner asked for vision is loaded again with its tower (t2va, then fl2va).
+  l.conditioner.reset();
   // Sequential: nothing else may occupy the device while the conditioner is resident.
   if (releases_conditioner()) {
     l.transformer.reset();
@@ -112,6 +115,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
   LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
   qwen3_vl::Qwen3VlLoadOptions copt;
   copt.stream_layers = options_.stream_conditioner || plan_.conditioner_streamed;
+  copt.vision = with_vision;
   l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
                                                conditioner_dtype_of(options_), options_.device, copt);
   meter.done(options_.device);

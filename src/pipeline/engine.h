@@ -71,7 +71,7 @@ class Engine {
   // bytes, seconds and GB/s). `with_vision`: the conditioner's vision tower is needed (FL2VA and
   // Ref2VA); `reference`: the transformer_ref/ partition (Ref2VA); `encoder`: the VAE's encoder
   // is needed (keyframes, references).
-  qwen3_vl::Qwen3VlModel& conditioner(Receipt& rc);
+  qwen3_vl::Qwen3VlModel& conditioner(Receipt& rc, bool with_vision = true);
   dit::DitModel& transformer(Receipt& rc, bool reference = false);
   video_vae::VideoVae& video_vae(Receipt& rc, bool encoder = false);
   audio_vae::AudioVae& audio_vae(Receipt& rc, bool encoder = false);

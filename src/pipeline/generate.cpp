@@ -419,7 +419,7 @@ void Generation::encode() {
     H3_CHECK(!pres.input_ids.empty(), ErrorCode::kInvalidArgument, "prompt produced no tokens");
     result.input_ids = pres.input_ids;
     text_tags = pres.text_token_tags;
-    qwen3_vl::Qwen3VlModel& encoder = engine.conditioner(rc);
+    qwen3_vl::Qwen3VlModel& encoder = engine.conditioner(rc, /*with_vision=*/!pm.visual.empty());
     auto s = rc.stage("conditioner");
     std::vector<Tensor> image_px, video_px;
     std::vector<qwen3_vl::GridThw> image_grids, video_grids;

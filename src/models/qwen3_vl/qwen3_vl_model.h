@@ -48,6 +48,9 @@ struct Qwen3VlLoadOptions {
   // stay on the device. Outputs are bit-identical to the resident model. Needs a CUDA device
   // (kUnsupported otherwise: on the CPU the weights already live in host memory).
   bool stream_layers = false;
+  // The vision tower (about 1.1 GiB at the released size) is read only for prompts with images
+  // or videos (fl2va, ref2va); a text-only model refuses visual inputs with a clear error.
+  bool vision = true;
 };
 
 class Qwen3VlModel {
@@ -61,6 +64,7 @@ class Qwen3VlModel {
 
   const Qwen3VlConfig& config() const { return config_; }
   bool loaded() const { return loaded_; }
+  bool has_vision() const { return vision_.loaded(); }
   DType dtype() const { return dtype_; }
   // Bytes held by the loaded weights, wherever they live (0 after release()).
   uint64_t weight_bytes() const;
