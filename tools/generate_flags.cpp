@@ -131,6 +131,9 @@ const char* generate_flags_help() {
       "  --device D               cpu or cuda[:N] (default cpu)\n"
       "  --attention A            dense or vsa (default: the preset's; vsa when a --vsa-* flag\n"
       "                           is given)\n"
+      "  --dit-rounding R         eager (every rounding of the eager reference) or fused (single-\n"
+      "                           rounding kernels, the reference's optional fusions); default\n"
+      "                           fused on CUDA, eager on the CPU\n"
       "  --vsa-tile-size 64|256   VSA tile edge (default 64)\n"
       "  --vsa-sparsity S         VSA sparsity in [0, 1) (default: the preset's; 0.9 with gates,\n"
       "                           else 0)\n"
@@ -236,6 +239,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       f.repeat = parse_int(a, v, 1);
     } else if (a == "--device") {
       f.device_text = v;
+    } else if (a == "--dit-rounding") {
+      H3_CHECK(v == "eager" || v == "fused", ErrorCode::kInvalidArgument,
+               "--dit-rounding must be eager or fused, got '", v, "'");
+      eo.dit_rounding = v == "fused" ? h3::dit::DitRounding::kFused : h3::dit::DitRounding::kEager;
     } else if (a == "--attention") {
       f.settings.attention = h3::dit::parse_attention_backend(v);
     } else if (a == "--vsa-tile-size") {

@@ -25,6 +25,11 @@ dit::DitPrecision dit_precision_of(const EngineOptions& o) {
   return o.device.is_cuda() ? dit::DitPrecision::kBF16 : dit::DitPrecision::kF32;
 }
 
+dit::DitRounding dit_rounding_of(const EngineOptions& o) {
+  if (o.dit_rounding) return *o.dit_rounding;
+  return o.device.is_cuda() ? dit::DitRounding::kFused : dit::DitRounding::kEager;
+}
+
 DType conditioner_dtype_of(const EngineOptions& o) {
   if (o.conditioner_dtype) return *o.conditioner_dtype;
   return o.device.is_cuda() ? DType::kBF16 : DType::kF32;
@@ -88,12 +93,15 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.conditioner_bf16 = conditioner_dtype_of(options) == DType::kBF16;
   po.vae_f16_gemm = vae_precision_of(options) == video_vae::VaePrecision::kF16Autocast;
   po.vsa_attention = options.attention == dit::DitAttentionBackend::kVsa;
+  po.dit_fused_rounding = dit_rounding_of(options) == dit::DitRounding::kFused;
   plan_ = plan_memory(repo_, po);
   check_fits(plan_);
   H3_LOG_DEBUG("memory plan: ", describe(plan_));
 }
 
 Engine::~Engine() = default;
+
+dit::DitRounding Engine::dit_rounding() const { return dit_rounding_of(options_); }
 
 // Only a sequential plan gives the conditioner back between generations. A streamed conditioner
 // holds its embeddings, vision tower and two layer slots on the device and its layers in pinned
@@ -133,6 +141,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dit::DitOptions dopt;
   dopt.device = options_.device;
   dopt.precision = dit_precision_of(options_);
+  dopt.rounding = dit_rounding_of(options_);
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
   // --cpu-offload streams every block; a plan that chose cpu-offload keeps as many blocks on the

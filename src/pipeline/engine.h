@@ -43,6 +43,10 @@ struct EngineOptions {
   // Numerics. The CPU default is the float32 oracle; on CUDA the DiT runs bf16 and the video VAE
   // decodes under the reference's fp16 autocast.
   std::optional<dit::DitPrecision> dit_precision;
+  // Where the bf16 DiT rounds (dit_model.h): on CUDA the fused single-rounding kernels (the
+  // reference's optional fusions, within its tolerance, and what `h3 bench dit` times); elsewhere
+  // the eager reference's roundings, the bf16 emulation that measures the GPU's floor.
+  std::optional<dit::DitRounding> dit_rounding;
   std::optional<video_vae::VaePrecision> vae_precision;
   // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
   // reference's policy) and float32 on the CPU (the oracle).
@@ -66,6 +70,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   const MemoryPlan& plan() const { return plan_; }
   Device device() const { return options_.device; }
+  // The DiT's rounding policy in force (EngineOptions::dit_rounding or the device's default).
+  dit::DitRounding dit_rounding() const;
 
   // Each returns the component, loading it first when needed (a receipt stage "load <name>" with
   // bytes, seconds and GB/s). `with_vision`: the conditioner's vision tower is needed (FL2VA and

@@ -372,6 +372,7 @@ void Generation::prepare() {
   rc.set("seed", static_cast<int64_t>(request.seed));
   rc.set("device", g.engine.device().str());
   rc.set("attention", dit::attention_backend_name(g.engine.options().attention));
+  rc.set("dit_rounding", g.engine.dit_rounding() == dit::DitRounding::kFused ? "fused" : "eager");
   g.done = 1;
 }
 

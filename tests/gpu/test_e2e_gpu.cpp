@@ -1,7 +1,7 @@
 // End-to-end runs on the GPU against the golden runs (issue "generation pipeline": one run matches
 // on the GPU machine within bf16 noise per step).
 //
-// The GPU engine runs as shipped: DiT in bf16, video VAE decode under fp16 autocast, the audio VAE
+// The GPU engine runs as shipped: DiT in bf16 with the fused single-rounding kernels, video VAE decode under fp16 autocast, the audio VAE
 // in float32; the golden prompt embeddings and draws are injected so that only the engine's
 // numerics differ from the reference's float32 run. "bf16 noise" is measured, not assumed: the CPU
 // oracle runs the same request with the same precision policy (bf16 emulation of the DiT, the
@@ -48,6 +48,7 @@ RunMetrics run(const test::GoldenCase& c, const io::SafetensorsFile& f, Device d
   eo.device = device;
   // The GPU's policy on both devices, so the CPU run is the floor of exactly these numerics.
   eo.dit_precision = dit::DitPrecision::kBF16;
+  eo.dit_rounding = dit::DitRounding::kFused;
   eo.vae_precision = video_vae::VaePrecision::kF16Autocast;
   pipeline::Engine engine(test::Golden::get()->checkpoint_dir(), eo);
   Receipt receipt;
