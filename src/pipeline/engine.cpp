@@ -110,10 +110,19 @@ bool Engine::releases_conditioner() const { return plan_.sequential; }
 
 qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc, bool with_vision) {
   Loaded& l = *loaded_;
-  if (l.conditioner && l.conditioner->loaded() && (l.conditioner->has_vision() || !with_vision))
+  if (l.conditioner && l.conditioner->loaded()) {
+    // A text-only conditioner asked for vision (t2va, then fl2va) gets its tower; the rest stays.
+    if (with_vision && !l.conditioner->has_vision()) {
+      uint64_t vision_bytes = 0;
+      const io::Checkpoint ck = repo_.checkpoint("text_encoder");
+      for (const std::string& n : ck.names())
+        if (n.rfind("model.visual.", 0) == 0) vision_bytes += ck.info(n).nbytes;
+      LoadMeter meter(rc, "conditioner vision", vision_bytes);
+      l.conditioner->load_vision(repo_.component("text_encoder").folder);
+      meter.done(options_.device);
+    }
     return *l.conditioner;
-  // A text-only conditioner asked for vision is loaded again with its tower (t2va, then fl2va).
-  l.conditioner.reset();
+  }
   // Sequential: nothing else may occupy the device while the conditioner is resident.
   if (releases_conditioner()) {
     l.transformer.reset();

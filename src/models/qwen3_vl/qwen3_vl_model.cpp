@@ -147,6 +147,13 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
   return m;
 }
 
+void Qwen3VlModel::load_vision(const std::string& dir) {
+  check_loaded("load_vision");
+  if (vision_.loaded()) return;
+  const io::Checkpoint ckpt = io::Checkpoint::open(dir);
+  vision_ = VisionTower::load(config_, ckpt, dtype_, device_);
+}
+
 uint64_t Qwen3VlModel::layer_bytes(bool on_device) const {
   uint64_t n = 0;
   for (const auto& w : layers_) {

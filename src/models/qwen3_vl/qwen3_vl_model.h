@@ -65,6 +65,9 @@ class Qwen3VlModel {
   const Qwen3VlConfig& config() const { return config_; }
   bool loaded() const { return loaded_; }
   bool has_vision() const { return vision_.loaded(); }
+  // Adds the vision tower to a model loaded without it (`dir`: the text_encoder/ folder); the
+  // text stack stays as it is, so a text-only engine that meets an image reads only the tower.
+  void load_vision(const std::string& dir);
   DType dtype() const { return dtype_; }
   // Bytes held by the loaded weights, wherever they live (0 after release()).
   uint64_t weight_bytes() const;
