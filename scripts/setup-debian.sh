@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
   libstb-dev libgtest-dev libbenchmark-dev clang ffmpeg
+  libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
 )
 
 missing=()
