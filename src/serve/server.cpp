@@ -3,6 +3,9 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
@@ -309,6 +312,16 @@ BuiltRequest build_request(const json& n, const fs::path& input_dir) {
   return b;
 }
 
+// ---- signals ----
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int) {
+  const char c = 's';
+  if (write(g_signal_pipe[1], &c, 1) < 0) {
+  }
+}
+
 // ---- jobs ---------------------------------------------------------------------------------------
 
 struct Job {
@@ -432,16 +445,20 @@ class Server {
                port, " (in use, or not an address of this machine)");
     }
 
-    // SIGINT / SIGTERM: one thread waits for them; the rest never see them.
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    // SIGINT / SIGTERM: the handler only writes a byte to a pipe (any thread may take the signal:
+    // libraries start their own threads before we could block it); one thread reads the pipe and
+    // stops the server: the running job is cancelled at its next step and put back in the queue.
+    H3_CHECK(pipe(g_signal_pipe) == 0, ErrorCode::kIo, "cannot create the signal pipe");
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
     std::thread signals([&] {
-      int sig = 0;
-      sigwait(&sigs, &sig);
-      H3_LOG_INFO("h3 serve: stopping (signal ", sig, ")");
+      char c = 0;
+      while (read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      if (c == 's') H3_LOG_INFO("h3 serve: stopping");
       {
         std::lock_guard<std::mutex> lock(mu_);
         stopping_ = true;
@@ -460,7 +477,14 @@ class Server {
     work_cv_.notify_all();
     events_cv_.notify_all();
     worker.join();
+    const char quit = 'q';
+    if (write(g_signal_pipe[1], &quit, 1) < 0) {
+    }
     signals.join();
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
     return 0;
   }
 

@@ -319,6 +319,27 @@ TEST_F(ServeCli, KillNineAndRestartKeepsFinishedAndQueuedJobsAndFailsTheInterrup
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
 
+TEST_F(ServeCli, SigtermStopsAtTheNextStepAndRequeuesTheRunningJob) {
+  const std::string data = (work_->path() / "data").string();
+  std::string id;
+  {
+    auto s = start("", data);
+    auto c = s->client();
+    id = post(*c, tiny_job("long", 1000)).value("id", "");
+    wait_for(*c, id, [](const json& v) { return v.value("stage", "") == "denoise"; });
+    const auto t0 = Clock::now();
+    s->stop(SIGTERM);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(20)) << "SIGTERM did not stop the server";
+  }
+  auto s = start("", data);
+  auto c = s->client();
+  const json v = get(*c, "/v1/videos/" + id);
+  EXPECT_TRUE(is(v, "queued") || is(v, "in_progress")) << v.dump();
+  auto del = c->Delete(("/v1/videos/" + id).c_str());
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 200);
+}
+
 TEST_F(ServeCli, DeleteStopsARunningJobAtTheNextStep) {
   auto s = start();
   auto c = s->client();
