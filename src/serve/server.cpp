@@ -169,9 +169,11 @@ std::string sniff_kind(const std::string& field, const std::string& bytes) {
   auto starts = [&](const char* magic, size_t n) {
     return bytes.size() >= n && bytes.compare(0, n, magic, n) == 0;
   };
-  if (starts("\x89PNG", 4) || starts("\xFF\xD8\xFF", 3) || starts("BM", 2)) return "image";
+  const bool pnm = bytes.size() >= 2 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '6';
+  if (starts("\x89PNG", 4) || starts("\xFF\xD8\xFF", 3) || starts("BM", 2) || starts("GIF8", 4) || pnm)
+    return "image";
   if (bytes.size() >= 12 && starts("RIFF", 4) && bytes.compare(8, 4, "WAVE") == 0) return "audio";
-  if (field != "input_reference") bad(field, field + " must be a PNG, JPEG or BMP image");
+  if (field != "input_reference") bad(field, field + " must be a PNG, JPEG, BMP, GIF or PNM image");
   return "video";
 }
 

@@ -22,7 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/tensor.h"
+#include "media/wav_io.h"
 #include "models/tiny_model.h"
+#include "serve/preview.h"
 #include "support/cli.h"
 #include "support/temp_dir.h"
 
@@ -248,6 +251,44 @@ TEST_F(ServeCli, JobStreamsEventsThenServesMp4RangeThumbnailAndIsDeleted) {
   get(*c, "/v1/videos/" + id, 404);
   get(*c, "/v1/videos/" + id + "/content", 404);
   EXPECT_FALSE(fs::exists(work_->path() / "data" / "videos" / (id + ".mp4")));
+}
+
+TEST_F(ServeCli, MultipartKeyframeAndOrderedReferencesRunFl2vaAndRef2va) {
+  auto s = start();
+  auto c = s->client();
+  serve::RgbBytes img;
+  img.height = 32;
+  img.width = 64;
+  for (int64_t i = 0; i < 32 * 64; ++i)
+    for (int k = 0; k < 3; ++k) img.data.push_back(static_cast<uint8_t>((i * (k + 3)) % 251));
+  const std::string jpeg = serve::encode_jpeg(img);
+  const fs::path wav = work_->path() / "ref.wav";
+  std::vector<float> samples(2 * 16000);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i] = 0.1f * static_cast<float>((i % 50) / 50.0);
+  media::write_wav_float(wav.string(), Tensor::from_f32(samples, {2, 16000}), 16000);
+  std::ifstream wf(wav, std::ios::binary);
+  const std::string wav_bytes((std::istreambuf_iterator<char>(wf)), {});
+  const httplib::MultipartFormDataItems common = {{"prompt", "a ball", "", ""},
+                                                  {"size", "64x32", "", ""},
+                                                  {"num_frames", "22", "", ""},
+                                                  {"steps", "3", "", ""},
+                                                  {"allow_any_duration", "true", "", ""}};
+  auto fl2va = common;
+  fl2va.push_back({"image", jpeg, "first.jpg", "image/jpeg"});
+  auto ref2va = common;
+  ref2va.push_back({"input_reference", jpeg, "a.jpg", "image/jpeg"});
+  ref2va.push_back({"input_reference", wav_bytes, "b.wav", "audio/wav"});
+  std::vector<std::string> ids;
+  for (const auto* items : {&fl2va, &ref2va}) {
+    auto r = c->Post("/v1/videos", *items);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    ids.push_back(json::parse(r->body).value("id", ""));
+  }
+  for (const std::string& id : ids) {
+    const json v = wait_for(*c, id, [](const json& j) { return is(j, "completed") || is(j, "failed"); });
+    EXPECT_EQ(v.value("status", ""), "completed") << v.dump();
+  }
 }
 
 TEST_F(ServeCli, ThreeQueuedJobsCompleteInArrivalOrderAndListNewestFirst) {
