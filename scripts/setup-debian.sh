@@ -2,6 +2,7 @@
 # Installs what h3.cpp needs to build and test on Debian 12 (or newer) / Ubuntu 24.04.
 # The CUDA toolkit is not installed here: when nvcc is on the machine (/usr/local/cuda/bin or
 # PATH), the CUDA backend is built too; otherwise h3 is CPU-only.
+# --browser also installs Debian's chromium and npm for scripts/test-browser.sh (the web page test).
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,9 @@ packages=(
   libstb-dev libgtest-dev libbenchmark-dev clang ffmpeg
   libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
 )
+if [[ "${1:-}" == "--browser" ]]; then
+  packages+=(chromium npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
