@@ -13,7 +13,9 @@ packages=(
   libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
 )
 if [[ "${1:-}" == "--browser" ]]; then
-  packages+=(chromium npm)
+  packages+=(chromium)
+  # A node installed from elsewhere brings its own npm (Debian's npm package would conflict).
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
