@@ -68,6 +68,14 @@ void send_error(httplib::Response& res, int status, const std::string& param,
   res.set_content(json{{"error", e}}.dump(), "application/json");
 }
 
+// Compares in time that depends on the lengths only, not on where the strings first differ.
+bool same_secret(const std::string& given, const std::string& want) {
+  unsigned char diff = given.size() == want.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ want[i % std::max<size_t>(1, want.size())]);
+  return diff == 0 && !want.empty();
+}
+
 int64_t now_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
 std::string random_id() {
@@ -495,11 +503,10 @@ class Server {
 
   bool authorize(const httplib::Request& req, httplib::Response& res) {
     if (o_.api_key.empty() || req.path == "/health" || req.path == "/") return true;
-    const std::string want = "Bearer " + o_.api_key;
-    if (req.get_header_value("Authorization") == want) return true;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + o_.api_key)) return true;
     // EventSource cannot send headers: the events stream also takes the key as access_token.
     if (req.path.size() > 7 && req.path.compare(req.path.size() - 7, 7, "/events") == 0 &&
-        req.get_param_value("access_token") == o_.api_key)
+        same_secret(req.get_param_value("access_token"), o_.api_key))
       return true;
     res.set_header("WWW-Authenticate", "Bearer");
     send_error(res, 401, "", "missing or wrong API key (Authorization: Bearer KEY)");
@@ -941,6 +948,9 @@ class Server {
       store_->update(j.rec);
       return;
     }
+    // The uploads were only needed to run the job.
+    std::error_code input_ec;
+    fs::remove_all(input_dir(id), input_ec);
     if (fail_code.empty()) {
       j.rec.status = "completed";
       j.rec.progress = 100;
