@@ -102,7 +102,8 @@ for g in runs:
         g["generation"], ", ".join("%s %.0f" % (k, v) for k, v in st.items() if v is not None),
         g["loaded_bytes"] / 1e9, g["ms_per_block"], g["peak_device_bytes"] / 2**30,
         {k: round(v / 2**30, 2) for k, v in g["stage_peak_device_bytes"].items()},
-        g["plan"]["decision"][:200]))
+        g["plan"]["decision"]))
+    print("         planned stage peaks GiB: %s" % {k: round(v / 2**30, 2) for k, v in g["plan"]["stage_peaks"].items()})
     print("         load GB/s: %s" % {k: round(v, 1) for k, v in g["load_gb_per_s"].items()})
 PY
   done

@@ -248,8 +248,16 @@ int run_bench_e2e(const std::vector<std::string>& args) {
     g["random_weights"] = random;
     g["mp4"] = mux ? (keep_out ? out_k : std::string("written, removed")) : std::string("not run (no FFmpeg in this build)");
     nlohmann::json p;
-    p["decision"] = h3::pipeline::describe(plan);
+    p["decision"] = pl::plan_decision_name(plan.decision);
+    p["reason"] = plan.reason;
     p["peak_bytes"] = plan.peak_bytes;
+    p["dit_resident_blocks"] = plan.dit_resident_blocks;
+    p["dit_num_blocks"] = plan.dit_num_blocks;
+    // The plan's per-stage device estimates, beside the measured stage peaks above.
+    nlohmann::json planned = nlohmann::json::object();
+    for (const pl::StagePeak& sp : plan.stage_peaks) planned[sp.name] = sp.device_bytes();
+    p["stage_peaks"] = planned;
+    p["summary"] = pl::describe(plan);
     g["plan"] = p;
     g["engine_setup_ms"] = engine_ms;
     all.push_back(g);
@@ -278,7 +286,14 @@ int run_bench_e2e(const std::vector<std::string>& args) {
           std::printf("; %s %s", it.key().c_str(), gib(it.value().get<double>()).c_str());
         std::printf("\n");
       }
-      std::printf("  plan: %s\n\n", h3::pipeline::describe(plan).c_str());
+      std::printf("  plan: %s\n", pl::describe(plan).c_str());
+      if (dev.is_cuda()) {
+        std::printf("  planned stage peaks:");
+        for (const pl::StagePeak& sp : plan.stage_peaks)
+          std::printf(" %s %s;", sp.name.c_str(), gib(static_cast<double>(sp.device_bytes())).c_str());
+        std::printf("\n");
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }

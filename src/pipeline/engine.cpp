@@ -64,7 +64,7 @@ class LoadMeter {
 };
 
 uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
-  const ComponentBytes* c = plan.find(name);
+  const ComponentPlan* c = plan.find(name);
   return c ? c->file_bytes : 0;
 }
 
@@ -86,6 +86,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.request = options.plan_request;
   po.dit_bf16 = dit_precision_of(options) == dit::DitPrecision::kBF16;
   po.conditioner_bf16 = conditioner_dtype_of(options) == DType::kBF16;
+  po.vae_f16_gemm = vae_precision_of(options) == video_vae::VaePrecision::kF16Autocast;
+  po.vsa_attention = options.attention == dit::DitAttentionBackend::kVsa;
   plan_ = plan_memory(repo_, po);
   check_fits(plan_);
   H3_LOG_DEBUG("memory plan: ", describe(plan_));
@@ -93,11 +95,17 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
 
 Engine::~Engine() = default;
 
+// The conditioner's layers do not stream from host memory yet: a plan that streams them releases
+// the conditioner after use instead, as a sequential plan does, so that it never sits beside the
+// DiT (which needs the whole conditioner to fit the device on its own, and warm generations re-read
+// it from disk) until streaming lands.
+bool Engine::releases_conditioner() const { return plan_.sequential || plan_.conditioner_streamed; }
+
 qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
   Loaded& l = *loaded_;
   if (l.conditioner && l.conditioner->loaded()) return *l.conditioner;
   // Sequential: nothing else may occupy the device while the conditioner is resident.
-  if (plan_.sequential) {
+  if (releases_conditioner()) {
     l.transformer.reset();
     l.vae.reset();
     l.audio_vae.reset();
@@ -112,7 +120,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc) {
 dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   Loaded& l = *loaded_;
   if (l.transformer && l.transformer_is_ref == reference) return *l.transformer;
-  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  if (releases_conditioner() && l.conditioner) l.conditioner.reset();
   l.transformer.reset();  // the other partition goes first: both never need to be resident
   const std::string name = reference ? "transformer_ref" : "transformer";
   H3_CHECK(repo_.has(name), ErrorCode::kNotFound, "repository ", model_dir_, " has no component '",
@@ -122,7 +130,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.precision = dit_precision_of(options_);
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
-  dopt.cpu_offload = options_.cpu_offload;
+  dopt.cpu_offload = plan_.cpu_offload;  // forced by --cpu-offload or chosen by the plan
   LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;
@@ -133,7 +141,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
 video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
   Loaded& l = *loaded_;
   if (l.vae && (l.vae_has_encoder || !encoder)) return *l.vae;
-  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  if (releases_conditioner() && l.conditioner) l.conditioner.reset();
   l.vae.reset();
   video_vae::VideoVaeOptions vopt;
   vopt.device = options_.device;
@@ -149,7 +157,7 @@ video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
 audio_vae::AudioVae& Engine::audio_vae(Receipt& rc, bool encoder) {
   Loaded& l = *loaded_;
   if (l.audio_vae && (l.audio_vae_has_encoder || !encoder)) return *l.audio_vae;
-  if (plan_.sequential && l.conditioner) l.conditioner.reset();
+  if (releases_conditioner() && l.conditioner) l.conditioner.reset();
   l.audio_vae.reset();
   audio_vae::AudioVaeOptions aopt;
   aopt.device = options_.device;
@@ -163,7 +171,7 @@ audio_vae::AudioVae& Engine::audio_vae(Receipt& rc, bool encoder) {
 
 void Engine::finished_with_conditioner(Receipt& rc) {
   Loaded& l = *loaded_;
-  if (!plan_.sequential || !l.conditioner) return;
+  if (!releases_conditioner() || !l.conditioner) return;
   auto s = rc.stage("release conditioner");
   l.conditioner->release();
   l.conditioner.reset();

@@ -7,7 +7,9 @@
 // kept, released and reloaded is the engine's business, decided by its MemoryPlan:
 // - sequential start (the plan's `sequential`): the conditioner is released as soon as the prompt
 //   is encoded and before the DiT or a VAE is loaded; a later generation reloads it (and releases
-//   the DiT and VAEs first when they do not fit beside it);
+//   the DiT and VAEs first when they do not fit beside it); a plan that streams the conditioner
+//   (stream-conditioner, cpu-offload) releases it the same way until its layers stream;
+// - the DiT streams its blocks from pinned host memory when the plan says so (`cpu_offload`);
 // - otherwise everything stays loaded between generations.
 // A second generation in the same process always works: whatever was released is reloaded.
 #pragma once
@@ -78,6 +80,7 @@ class Engine {
 
  private:
   struct Loaded;
+  bool releases_conditioner() const;
   std::string model_dir_;
   EngineOptions options_;
   io::Repository repo_;

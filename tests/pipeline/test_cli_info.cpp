@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "support/cli.h"
@@ -210,6 +211,131 @@ TEST(CliMakeTiny, ReleasedShapesPassInfo) {
   std::printf("%s", r.output.c_str());
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(contains(r.output, "33,122,992,896 params, 61.73 GiB"));  // h3_dit_spec.md §1.3
+}
+
+// `h3 info --plan`: the memory plan of the released shapes for given device and host sizes, as JSON.
+class CliInfoPlan : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::getenv("H3_BIN")) return;
+    tmp_ = std::make_unique<TempDir>();
+    released_ = (tmp_->path() / "released").string();
+    const RunResult r = run_h3("make-tiny --released-shapes " + shell_quote(released_));
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  static void TearDownTestSuite() { tmp_.reset(); }
+  static nlohmann::json plan(const std::string& flags, int want_status = 0) {
+    const RunResult r = run_h3("info --plan " + shell_quote(released_) + " " + flags + " --json", false);
+    EXPECT_EQ(r.status, want_status) << r.output;
+    try {
+      return nlohmann::json::parse(r.output);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.output;
+      return nlohmann::json::object();
+    }
+  }
+  static const nlohmann::json* component(const nlohmann::json& j, const std::string& name) {
+    for (const auto& c : j["components"])
+      if (c["name"] == name) return &c;
+    return nullptr;
+  }
+  static std::unique_ptr<TempDir> tmp_;
+  static std::string released_;
+};
+std::unique_ptr<TempDir> CliInfoPlan::tmp_;
+std::string CliInfoPlan::released_;
+
+TEST_F(CliInfoPlan, JsonDecisionsForThreeDevices) {
+  H3_REQUIRE_BIN();
+  const nlohmann::json h200 = plan("--device-memory 140GiB --host-memory 128GiB");
+  std::printf("140GiB: %s\n", h200.dump(2).c_str());
+  EXPECT_EQ(h200["decision"], "resident");
+  EXPECT_EQ(h200["device_memory"].get<uint64_t>(), 140ull << 30);
+  EXPECT_EQ(h200["host_memory"].get<uint64_t>(), 128ull << 30);
+  EXPECT_LE(h200["peak_bytes"].get<uint64_t>(), 140ull << 30);
+  EXPECT_EQ(h200["dit_num_blocks"], 50);
+  EXPECT_EQ(h200["dit_resident_blocks"], 50);
+  ASSERT_EQ(h200["components"].size(), 4u);
+  for (const char* name : {"conditioner", "transformer", "vae", "audio_vae"}) {
+    const nlohmann::json* c = component(h200, name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_EQ((*c)["placement"], "device") << name;
+    EXPECT_GT((*c)["weights_bytes"].get<uint64_t>(), 0u) << name;
+    EXPECT_GT((*c)["work_bytes"].get<uint64_t>(), 0u) << name;
+  }
+  // The conditioner as the engine loads it: 50 layers and the embeddings in bf16, 46.9 GiB.
+  const double cond_gib = (*component(h200, "conditioner"))["weights_bytes"].get<double>() / (1ull << 30);
+  EXPECT_NEAR(cond_gib, 46.86, 0.05);
+
+  const nlohmann::json a100 = plan("--device-memory 80GiB --host-memory 128GiB");
+  EXPECT_TRUE(a100["decision"] == "stream-conditioner" || a100["decision"] == "cpu-offload") << a100["reason"];
+  EXPECT_EQ((*component(a100, "conditioner"))["placement"], "streamed");
+
+  const nlohmann::json small = plan("--device-memory 24GiB --host-memory 128GiB");
+  EXPECT_EQ(small["decision"], "cpu-offload") << small["reason"];
+  EXPECT_EQ((*component(small, "transformer"))["placement"], "offload");
+  EXPECT_LT(small["dit_resident_blocks"].get<int>(), 50);
+
+  // Refused: exit status 1, the JSON still printed, the reason with numbers.
+  const nlohmann::json refused = plan("--device-memory 24GiB --host-memory 16GiB", 1);
+  EXPECT_EQ(refused["decision"], "refused");
+  EXPECT_TRUE(contains(refused["reason"].get<std::string>(), "16.0 GiB")) << refused["reason"];
+
+  // Forced flags and another workflow.
+  EXPECT_EQ(plan("--device-memory 140GiB --host-memory 128GiB --sequential-load")["decision"], "sequential");
+  EXPECT_EQ(plan("--device-memory 140GiB --host-memory 128GiB --cpu-offload")["decision"], "cpu-offload");
+  EXPECT_EQ(plan("--device-memory 140GiB --host-memory 128GiB --unified-memory")["decision"], "sequential");
+  const nlohmann::json fl2va = plan(
+      "--device-memory 140GiB --host-memory 128GiB --workflow fl2va --height 768 --width 1344 --num-frames 192");
+  EXPECT_EQ(fl2va["request"]["workflow"], "fl2va");
+  EXPECT_GT((*component(fl2va, "conditioner"))["weights_bytes"].get<uint64_t>(),
+            (*component(h200, "conditioner"))["weights_bytes"].get<uint64_t>());
+}
+
+TEST_F(CliInfoPlan, TextTable) {
+  H3_REQUIRE_BIN();
+  const RunResult r = run_h3("info --plan " + shell_quote(released_) + " --device-memory 80GB --host-memory 128GiB");
+  std::printf("%s", r.output.c_str());
+  EXPECT_EQ(r.status, 0);
+  for (const char* s : {"component", "conditioner", "transformer", "audio_vae", "placement", "decision: ",
+                        "peak: ", "reason: ", "denoise"})
+    EXPECT_TRUE(contains(r.output, s)) << s;
+}
+
+TEST_F(CliInfoPlan, WithoutAGpuPlansForTheCpu) {
+  H3_REQUIRE_BIN();
+  const nlohmann::json j = plan("--host-memory 64GiB");
+  if (j.value("device", "") != "cpu") GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_TRUE(contains(j.value("note", ""), "planning for the CPU")) << j.dump();
+  EXPECT_EQ(j["decision"], "sequential") << j["reason"];  // 64 GiB cannot hold the float32 model
+  EXPECT_EQ((*component(j, "transformer"))["placement"], "released");
+}
+
+TEST_F(CliInfoPlan, BadArguments) {
+  H3_REQUIRE_BIN();
+  const std::string repo = shell_quote(released_);
+  RunResult r = run_h3("info --plan " + repo + " --device-memory 12XB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--device-memory")) << r.output;
+  EXPECT_TRUE(contains(r.output, "12XB")) << r.output;
+  r = run_h3("info --plan " + repo + " --device-memory 80GiB --host-memory lots");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--host-memory")) << r.output;
+  r = run_h3("info --plan " + repo + " --device-memory");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "needs a value")) << r.output;
+  r = run_h3("info --plan " + repo + " --workflow i2v");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--workflow")) << r.output;
+  r = run_h3("info --plan --device-memory 80GiB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "missing model path")) << r.output;
+  r = run_h3("info --plan /nonexistent/h3/repo --device-memory 80GiB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "/nonexistent/h3/repo")) << r.output;
+  r = run_h3("info --plan --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--device-memory SIZE")) << r.output;
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ TEST_F(DitOffloadTest, EngineRefusesOffloadOnCpuOnly) {
   if (cuda_available()) {
     pipeline::Engine e(repo_, o);
     EXPECT_TRUE(e.plan().cpu_offload);
-    EXPECT_LT(e.plan().dit_weights_offload, e.plan().dit_weights_full);
+    EXPECT_EQ(e.plan().dit_resident_blocks, 0);
+    EXPECT_LT(e.plan().find("transformer")->weights_bytes, e.plan().find("transformer")->full_bytes);
   } else {
     try {
       pipeline::Engine e(repo_, o);
@@ -83,27 +84,30 @@ TEST_F(DitOffloadTest, EngineRefusesOffloadOnCpuOnly) {
   }
 }
 
-TEST(DitOffloadPlan, CheckFitsSuggestsOffloadOnlyWhenOff) {
+TEST(DitOffloadPlan, CheckFitsRefusesOnlyRefusedPlans) {
   pipeline::MemoryPlan p;
   p.device = Device::cuda(0);
-  p.peak_bytes = 30ull << 30;
   p.device_free = 20ull << 30;
   p.device_total = 24ull << 30;
-  p.sequential = true;
-  p.dit_weights_full = 16ull << 30;
-  p.dit_weights_offload = 4ull << 30;
-  for (bool offload : {false, true}) {
-    p.cpu_offload = offload;
-    try {
-      pipeline::check_fits(p);
-      FAIL() << "expected kOutOfMemory";
-    } catch (const Error& e) {
-      const std::string m = e.what();
-      std::printf("offload=%d: %s\n", offload ? 1 : 0, m.c_str());
-      EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-      EXPECT_EQ(m.find("--cpu-offload would keep") != std::string::npos, !offload) << m;
-    }
+  p.peak_bytes = 18ull << 30;
+  p.decision = pipeline::PlanDecision::kCpuOffload;
+  p.cpu_offload = true;
+  EXPECT_NO_THROW(pipeline::check_fits(p));
+  p.decision = pipeline::PlanDecision::kRefused;
+  p.reason = "cpu-offload 30.0 GiB + 90.0 GiB pinned";
+  try {
+    pipeline::check_fits(p);
+    FAIL() << "expected kOutOfMemory";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::printf("refused: %s\n", m.c_str());
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    EXPECT_NE(m.find("cpu-offload 30.0 GiB"), std::string::npos) << m;
   }
+  // A plan made by hand whose peak exceeds the device is refused as well.
+  p.decision = pipeline::PlanDecision::kResident;
+  p.peak_bytes = 30ull << 30;
+  EXPECT_THROW(pipeline::check_fits(p), Error);
 }
 
 Tensor random_f32(const Shape& shape, std::mt19937& rng) {

@@ -1,4 +1,4 @@
-// --cpu-offload for the DiT (issue #6; h3_components_spec.md §5 memory plan, `dit_weights_offload`):
+// --cpu-offload for the DiT (issue #6; h3_components_spec.md §5 memory plan, decision cpu-offload):
 // the main blocks' weights live in page-locked host memory, one contiguous buffer per block, and
 // are copied block by block into two device-resident slots while the model runs.
 //
