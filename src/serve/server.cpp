@@ -374,8 +374,11 @@ class Server {
     for (const std::string& id : interrupted)
       H3_LOG_WARN("job ", id, " was running when the server stopped: marked failed");
     // Leftover temporary outputs of an interrupted job.
-    for (const auto& e : fs::directory_iterator(data_ / "videos", ec))
-      if (e.path().filename().string().find(".tmp") != std::string::npos) fs::remove(e.path(), ec);
+    // (the thumbnail's ".tmp", the MP4 writer's ".partial").
+    for (const auto& e : fs::directory_iterator(data_ / "videos", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.ends_with(".tmp") || name.ends_with(".partial")) fs::remove(e.path(), ec);
+    }
     for (JobRecord& r : store_->all()) {
       auto job = std::make_shared<Job>();
       job->request = json::parse(r.request, nullptr, false);
@@ -384,6 +387,7 @@ class Server {
         queue_.push_back(job->rec.id);
         push_event_locked(*job, "queued", job_json(*job));
       } else {
+        fs::remove_all(input_dir(job->rec.id), ec);  // uploads of a job that will not run again
         finish_events_locked(*job, job->rec.status);
       }
       jobs_[job->rec.id] = job;

@@ -356,8 +356,11 @@ TEST_F(ServeCli, KillNineAndRestartKeepsFinishedAndQueuedJobsAndFailsTheInterrup
   const json after = wait_for(*c, queued_id, [](const json& v) { return is(v, "completed"); });
   EXPECT_EQ(after.value("status", ""), "completed");
   // No temporary file is left behind.
-  for (const auto& e : fs::directory_iterator(fs::path(data) / "videos"))
+  for (const auto& e : fs::directory_iterator(fs::path(data) / "videos")) {
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().string().find(".partial"), std::string::npos) << e.path();
+  }
+  EXPECT_FALSE(fs::exists(fs::path(data) / "inputs" / running_id));
 }
 
 TEST_F(ServeCli, SigtermStopsAtTheNextStepAndRequeuesTheRunningJob) {
