@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "command.h"
-#include "generate_flags.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "generate_flags.h"
 
 #if H3_WITH_SERVE
 #include "serve/server.h"
@@ -65,10 +65,10 @@ int serve_flag(const std::string& flag, const std::string* value, void* ctx) {
     s.have_key = true;
   }
   // Request flags belong to each job, not to the server.
-  static const char* const kJobFlags[] = {"--prompt", "--image",       "--last-image", "--ref",
-                                          "--out",    "--num-frames",  "--height",     "--width",
-                                          "--seed",   "--repeat",      "--receipt",    "--save-latents",
-                                          "--workflow"};
+  static const char* const kJobFlags[] = {
+      "--prompt",     "--image",        "--last-image", "--ref",  "--out",
+      "--num-frames", "--height",       "--width",      "--seed", "--repeat",
+      "--receipt",    "--save-latents", "--workflow"};
   for (const char* f : kJobFlags)
     H3_CHECK(flag != f, ErrorCode::kInvalidArgument, flag,
              " is a per-job setting; send it with each POST /v1/videos (see h3 serve --help)");
@@ -123,7 +123,8 @@ int run_serve(const std::vector<std::string>& args) {
   o.settings = f.settings;
   o.on_listening = [&](const std::string& host, int port) {
     std::printf("h3 serve: listening on http://%s:%d (model %s, data %s%s)\n", host.c_str(), port,
-                o.model_dir.c_str(), o.data_dir.c_str(), o.api_key.empty() ? "" : ", API key required");
+                o.model_dir.c_str(), o.data_dir.c_str(),
+                o.api_key.empty() ? "" : ", API key required");
     std::fflush(stdout);
   };
   return h3::serve::run_server(o);

@@ -34,7 +34,8 @@ RgbBytes latent_preview(const Tensor& latents, int64_t t, int64_t min_side) {
       }
       for (int64_t dy = 0; dy < scale; ++dy)
         for (int64_t dx = 0; dx < scale; ++dx) {
-          uint8_t* q = &out.data[static_cast<size_t>(((y * scale + dy) * out.width + xx * scale + dx) * 3)];
+          uint8_t* q =
+              &out.data[static_cast<size_t>(((y * scale + dy) * out.width + xx * scale + dx) * 3)];
           q[0] = rgb[0];
           q[1] = rgb[1];
           q[2] = rgb[2];

@@ -20,8 +20,8 @@ struct JobRecord {
   int64_t seq = 0;         // arrival order
   int64_t created_at = 0;  // unix seconds
   int64_t completed_at = 0;
-  std::string status;  // queued, in_progress, completed, failed
-  int progress = 0;    // 0-100
+  std::string status;   // queued, in_progress, completed, failed
+  int progress = 0;     // 0-100
   std::string request;  // the normalized request (JSON text)
   std::string error_code, error_message;
   std::string size;     // "WxH" of the output

@@ -5,10 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -91,9 +90,8 @@ std::string random_id() {
 
 bool valid_id(const std::string& id) {
   if (id.size() < 7 || id.rfind("video_", 0) != 0) return false;
-  return std::all_of(id.begin() + 6, id.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
+  return std::all_of(id.begin() + 6, id.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 std::string format_seconds(int64_t frames) {
@@ -107,9 +105,9 @@ std::string format_seconds(int64_t frames) {
 
 // ---- request fields -----------------------------------------------------------------------------
 
-const std::set<std::string> kValueFields = {"prompt",    "model",      "seconds",
-                                            "size",      "seed",       "steps",
-                                            "preset",    "num_frames", "allow_any_duration",
+const std::set<std::string> kValueFields = {"prompt",  "model",      "seconds",
+                                            "size",    "seed",       "steps",
+                                            "preset",  "num_frames", "allow_any_duration",
                                             "workflow"};
 const std::set<std::string> kFileFields = {"image", "last_image", "input_reference"};
 
@@ -178,7 +176,8 @@ std::string sniff_kind(const std::string& field, const std::string& bytes) {
     return bytes.size() >= n && bytes.compare(0, n, magic, n) == 0;
   };
   const bool pnm = bytes.size() >= 2 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '6';
-  if (starts("\x89PNG", 4) || starts("\xFF\xD8\xFF", 3) || starts("BM", 2) || starts("GIF8", 4) || pnm)
+  if (starts("\x89PNG", 4) || starts("\xFF\xD8\xFF", 3) || starts("BM", 2) || starts("GIF8", 4) ||
+      pnm)
     return "image";
   if (bytes.size() >= 12 && starts("RIFF", 4) && bytes.compare(8, 4, "WAVE") == 0) return "audio";
   if (field != "input_reference") bad(field, field + " must be a PNG, JPEG, BMP, GIF or PNM image");
@@ -196,21 +195,22 @@ json normalize_request(const json& in, const std::vector<Upload>& uploads,
   if (!unknown.empty()) {
     std::string names;
     for (const auto& u : unknown) names += (names.empty() ? "" : ", ") + u;
-    bad(unknown.front(), "unknown field" + std::string(unknown.size() > 1 ? "s" : "") + ": " +
-                             names);
+    bad(unknown.front(),
+        "unknown field" + std::string(unknown.size() > 1 ? "s" : "") + ": " + names);
   }
   json out = json::object();
   if (!in.contains("prompt")) bad("prompt", "prompt is required");
   out["prompt"] = field_string("prompt", in["prompt"]);
   if (in.contains("model")) {
     const std::string m = field_string("model", in["model"]);
-    if (m != model_name) bad("model", "model '" + m + "' is not served here (this server runs '" +
-                                          model_name + "')");
+    if (m != model_name)
+      bad("model", "model '" + m + "' is not served here (this server runs '" + model_name + "')");
   }
   if (in.contains("seconds") && in.contains("num_frames"))
     bad("seconds", "give seconds or num_frames, not both");
   if (in.contains("seconds"))
-    out["num_frames"] = std::max<int64_t>(1, std::llround(field_number("seconds", in["seconds"]) * 24.0));
+    out["num_frames"] =
+        std::max<int64_t>(1, std::llround(field_number("seconds", in["seconds"]) * 24.0));
   if (in.contains("num_frames")) out["num_frames"] = field_int("num_frames", in["num_frames"], 1);
   if (in.contains("size")) {
     const std::string s = field_string("size", in["size"]);
@@ -220,7 +220,8 @@ json normalize_request(const json& in, const std::vector<Upload>& uploads,
     auto digits = [](const std::string& t) {
       return !t.empty() && t.size() <= 6 && t.find_first_not_of("0123456789") == std::string::npos;
     };
-    if (!digits(ws) || !digits(hs)) bad("size", "size must be WIDTHxHEIGHT, e.g. 1344x768; got '" + s + "'");
+    if (!digits(ws) || !digits(hs))
+      bad("size", "size must be WIDTHxHEIGHT, e.g. 1344x768; got '" + s + "'");
     const int64_t w = std::stoll(ws), h = std::stoll(hs);
     if (w <= 0 || h <= 0) bad("size", "size must be positive, got '" + s + "'");
     out["width"] = w;
@@ -230,7 +231,8 @@ json normalize_request(const json& in, const std::vector<Upload>& uploads,
   if (in.contains("steps")) out["steps"] = field_int("steps", in["steps"], 2);
   if (in.contains("preset")) {
     const std::string p = field_string("preset", in["preset"]);
-    if (p != "dense" && p != "fasth3") bad("preset", "preset must be dense or fasth3, got '" + p + "'");
+    if (p != "dense" && p != "fasth3")
+      bad("preset", "preset must be dense or fasth3, got '" + p + "'");
     out["preset"] = p;
   }
   if (in.contains("allow_any_duration"))
@@ -248,7 +250,8 @@ json normalize_request(const json& in, const std::vector<Upload>& uploads,
     if (u.field != "input_reference" && ++counts[u.field == "image" ? 0 : 1] > 1)
       bad(u.field, u.field + " given more than once");
     ++counts[2];
-    inputs.push_back({{"field", u.field}, {"kind", sniff_kind(u.field, u.content)},
+    inputs.push_back({{"field", u.field},
+                      {"kind", sniff_kind(u.field, u.content)},
                       {"file", "input-" + std::to_string(k)}});
   }
   out["inputs"] = inputs;
@@ -350,9 +353,10 @@ class Server {
  public:
   explicit Server(const ServeOptions& o) : o_(o) {
     model_name_ = fs::path(o_.model_dir).lexically_normal().filename().string();
-    if (model_name_.empty()) model_name_ = fs::path(o_.model_dir).lexically_normal().parent_path().filename().string();
-    H3_CHECK(fs::is_directory(o_.model_dir), ErrorCode::kNotFound, "--model folder '",
-             o_.model_dir, "' does not exist or is not a folder");
+    if (model_name_.empty())
+      model_name_ = fs::path(o_.model_dir).lexically_normal().parent_path().filename().string();
+    H3_CHECK(fs::is_directory(o_.model_dir), ErrorCode::kNotFound, "--model folder '", o_.model_dir,
+             "' does not exist or is not a folder");
     const io::Repository repo = io::Repository::open(o_.model_dir);
     settings_ = pl::resolve_settings(repo, "t2va", o_.settings);
     pl::EngineOptions eo = o_.engine;
@@ -413,17 +417,17 @@ class Server {
         send_error(res, res.status, "", "HTTP error " + std::to_string(res.status));
       }
     });
-    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                                 std::exception_ptr ep) {
-      std::string msg = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        msg = e.what();
-      } catch (...) {
-      }
-      send_error(res, 500, "", msg);
-    });
+    svr.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          std::string msg = "internal error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            msg = e.what();
+          } catch (...) {
+          }
+          send_error(res, 500, "", msg);
+        });
     auto wrap = [this](void (Server::*fn)(const httplib::Request&, httplib::Response&)) {
       return [this, fn](const httplib::Request& req, httplib::Response& res) {
         try {
@@ -577,8 +581,9 @@ class Server {
 
   void health(const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu_);
-    res.set_content(json{{"status", "ok"}, {"model", model_name_}, {"queued", queue_.size()}}.dump(),
-                    "application/json");
+    res.set_content(
+        json{{"status", "ok"}, {"model", model_name_}, {"queued", queue_.size()}}.dump(),
+        "application/json");
   }
 
   void metrics(const httplib::Request&, httplib::Response& res) {
@@ -631,7 +636,8 @@ class Server {
       }
       if (fields.is_object())
         for (const std::string& f : kFileFields)
-          if (fields.contains(f)) bad(f, f + " must be sent as a file in a multipart/form-data request");
+          if (fields.contains(f))
+            bad(f, f + " must be sent as a file in a multipart/form-data request");
     }
     json n = normalize_request(fields, uploads, model_name_);
 
@@ -664,8 +670,10 @@ class Server {
     } catch (const h3::Error& e) {
       // The pipeline speaks in h3 generate's flag names; the API's fields are named instead.
       std::string m = e.message();
-      for (const auto& [from, to] : {std::pair<std::string, std::string>{"--height and --width", "height and width"},
-                                     {"--num-frames", "num_frames"}, {"--steps", "steps"}})
+      for (const auto& [from, to] :
+           {std::pair<std::string, std::string>{"--height and --width", "height and width"},
+            {"--num-frames", "num_frames"},
+            {"--steps", "steps"}})
         for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size()))
           m.replace(at, from.size(), to);
       std::string param;
@@ -678,10 +686,11 @@ class Server {
         param = "steps";
       else if (m.find("prompt") != std::string::npos)
         param = "prompt";
-      else if (m.find("workflow") != std::string::npos || m.find("reference") != std::string::npos ||
-               m.find("keyframe") != std::string::npos)
+      else if (m.find("workflow") != std::string::npos ||
+               m.find("reference") != std::string::npos || m.find("keyframe") != std::string::npos)
         param = "workflow";
-      bad(param, param.empty() ? m : param + ": " + m, e.code() == ErrorCode::kInternal ? 500 : 400);
+      bad(param, param.empty() ? m : param + ": " + m,
+          e.code() == ErrorCode::kInternal ? 500 : 400);
     }
 
     auto job = std::make_shared<Job>();
@@ -733,17 +742,20 @@ class Server {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::shared_ptr<Job>> all;
     for (const auto& [id, j] : jobs_) all.push_back(j);
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->rec.seq > b->rec.seq; });
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a->rec.seq > b->rec.seq; });
     size_t start = 0;
     if (req.has_param("after")) {
       const std::string after = req.get_param_value("after");
-      auto it = std::find_if(all.begin(), all.end(), [&](const auto& j) { return j->rec.id == after; });
+      auto it =
+          std::find_if(all.begin(), all.end(), [&](const auto& j) { return j->rec.id == after; });
       if (it == all.end()) bad("after", "after: no video with id '" + after + "'");
       start = static_cast<size_t>(it - all.begin()) + 1;
     }
     json data = json::array();
     size_t i = start;
-    for (; i < all.size() && data.size() < static_cast<size_t>(limit); ++i) data.push_back(job_json(*all[i]));
+    for (; i < all.size() && data.size() < static_cast<size_t>(limit); ++i)
+      data.push_back(job_json(*all[i]));
     json out = {{"object", "list"},
                 {"data", data},
                 {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
@@ -787,7 +799,8 @@ class Server {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (job->rec.status != "completed")
-        bad("id", "video " + job->rec.id + " is not completed (status " + job->rec.status + ")", 404);
+        bad("id", "video " + job->rec.id + " is not completed (status " + job->rec.status + ")",
+            404);
     }
     const fs::path path = variant == "video" ? video_path(job->rec.id) : thumb_path(job->rec.id);
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
@@ -795,41 +808,40 @@ class Server {
     const auto size = fs::file_size(path, ec);
     if (!*file || ec) bad("id", "the " + variant + " of " + job->rec.id + " is missing", 404);
     res.set_header("Accept-Ranges", "bytes");
-    res.set_content_provider(
-        static_cast<size_t>(size), variant == "video" ? "video/mp4" : "image/jpeg",
-        [file](size_t offset, size_t length, httplib::DataSink& sink) {
-          std::vector<char> buf(std::min<size_t>(length, 1 << 16));
-          file->clear();
-          file->seekg(static_cast<std::streamoff>(offset));
-          file->read(buf.data(), static_cast<std::streamsize>(buf.size()));
-          const auto n = file->gcount();
-          if (n <= 0) return false;
-          return sink.write(buf.data(), static_cast<size_t>(n));
-        });
+    res.set_content_provider(static_cast<size_t>(size),
+                             variant == "video" ? "video/mp4" : "image/jpeg",
+                             [file](size_t offset, size_t length, httplib::DataSink& sink) {
+                               std::vector<char> buf(std::min<size_t>(length, 1 << 16));
+                               file->clear();
+                               file->seekg(static_cast<std::streamoff>(offset));
+                               file->read(buf.data(), static_cast<std::streamsize>(buf.size()));
+                               const auto n = file->gcount();
+                               if (n <= 0) return false;
+                               return sink.write(buf.data(), static_cast<size_t>(n));
+                             });
   }
 
   void events(const httplib::Request& req, httplib::Response& res) {
     auto job = find(req.matches[1]);
     auto cursor = std::make_shared<int64_t>(0);
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, job, cursor](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> lock(mu_);
-          auto pending = [&] {
-            return job->first_event + static_cast<int64_t>(job->events.size()) > *cursor;
-          };
-          events_cv_.wait_for(lock, std::chrono::seconds(15),
-                              [&] { return pending() || stopping_; });
-          if (*cursor < job->first_event) *cursor = job->first_event;
-          std::string out;
-          while (pending()) out += job->events[static_cast<size_t>((*cursor)++ - job->first_event)];
-          const bool end = (job->terminal && !pending()) || stopping_;
-          lock.unlock();
-          if (out.empty() && !end) out = ": keep-alive\n\n";
-          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-          if (end) sink.done();
-          return true;
-        });
+    res.set_chunked_content_provider("text/event-stream", [this, job, cursor](
+                                                              size_t, httplib::DataSink& sink) {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto pending = [&] {
+        return job->first_event + static_cast<int64_t>(job->events.size()) > *cursor;
+      };
+      events_cv_.wait_for(lock, std::chrono::seconds(15), [&] { return pending() || stopping_; });
+      if (*cursor < job->first_event) *cursor = job->first_event;
+      std::string out;
+      while (pending()) out += job->events[static_cast<size_t>((*cursor)++ - job->first_event)];
+      const bool end = (job->terminal && !pending()) || stopping_;
+      lock.unlock();
+      if (out.empty() && !end) out = ": keep-alive\n\n";
+      if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+      if (end) sink.done();
+      return true;
+    });
   }
 
   // ---- the worker ----
@@ -862,7 +874,8 @@ class Server {
       j.stage = stage;
       j.rec.progress = std::max(j.rec.progress, progress);
       store_->update(j.rec);
-      push_event_locked(j, "stage", {{"id", j.rec.id}, {"stage", stage}, {"progress", j.rec.progress}});
+      push_event_locked(j, "stage",
+                        {{"id", j.rec.id}, {"stage", stage}, {"progress", j.rec.progress}});
     }
     j.rec.progress = std::max(j.rec.progress, progress);
   }
@@ -890,15 +903,22 @@ class Server {
         set_progress(j, stage, p);
         if (steps > 0) {
           std::lock_guard<std::mutex> lock(mu_);
-          push_event_locked(j, "progress", {{"id", j.rec.id}, {"stage", stage}, {"step", step},
-                                            {"steps", steps}, {"progress", j.rec.progress}});
+          push_event_locked(j, "progress",
+                            {{"id", j.rec.id},
+                             {"stage", stage},
+                             {"step", step},
+                             {"steps", steps},
+                             {"progress", j.rec.progress}});
         }
       };
       opt.on_preview = [this, &j](int64_t step, int64_t steps, const Tensor& latents) {
         const std::string jpeg = encode_jpeg(latent_preview(latents, 0));
         std::lock_guard<std::mutex> lock(mu_);
-        push_event_locked(j, "preview", {{"id", j.rec.id}, {"step", step}, {"steps", steps},
-                                         {"image", "data:image/jpeg;base64," + base64_encode(jpeg)}});
+        push_event_locked(j, "preview",
+                          {{"id", j.rec.id},
+                           {"step", step},
+                           {"steps", steps},
+                           {"image", "data:image/jpeg;base64," + base64_encode(jpeg)}});
       };
       io::Mp4StreamWriter muxer(video_path(id).string());
       opt.keep_frames = false;

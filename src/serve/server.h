@@ -32,10 +32,10 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
   std::string data_dir = "h3-serve";
-  size_t max_queue = 16;             // queued jobs (the running one not counted); more: 429
-  std::string api_key;               // non-empty: Bearer auth on everything but /health and /
-  size_t max_body_bytes = 64u << 20;  // whole request, uploads included; more: 413
-  pipeline::EngineOptions engine;    // device, sequential load, offload, VSA defaults
+  size_t max_queue = 16;                // queued jobs (the running one not counted); more: 429
+  std::string api_key;                  // non-empty: Bearer auth on everything but /health and /
+  size_t max_body_bytes = 64u << 20;    // whole request, uploads included; more: 413
+  pipeline::EngineOptions engine;       // device, sequential load, offload, VSA defaults
   pipeline::SettingOverrides settings;  // the server's default preset / steps / attention
   // Called once the socket listens, with the port (the chosen one when port was 0).
   std::function<void(const std::string& host, int port)> on_listening;

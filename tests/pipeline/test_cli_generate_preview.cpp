@@ -28,8 +28,10 @@ TEST(GeneratePreviewCli, DrawsOnATerminalAndSaysSoOtherwise) {
   EXPECT_NE(piped.output.find("--preview draws on a terminal"), std::string::npos) << piped.output;
   EXPECT_EQ(piped.output.find("\x1b[48;2;"), std::string::npos);
   // util-linux `script` gives the command a terminal.
-  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `script` to make a terminal";
-  const std::string cmd = "script -qec " + shell_quote(shell_quote(std::getenv("H3_BIN")) + " " + args) +
+  if (std::system("command -v script >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `script` to make a terminal";
+  const std::string cmd = "script -qec " +
+                          shell_quote(shell_quote(std::getenv("H3_BIN")) + " " + args) +
                           " /dev/null 2>&1";
   std::string out;
   if (FILE* p = popen(cmd.c_str(), "r")) {

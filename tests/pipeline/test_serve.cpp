@@ -38,8 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 // A tiny job: a few seconds on the CPU.
 json tiny_job(const std::string& prompt = "a red ball", int steps = 3) {
-  return {{"prompt", prompt},       {"size", "64x32"}, {"num_frames", 22},
-          {"allow_any_duration", true}, {"steps", steps}, {"seed", 1}};
+  return {{"prompt", prompt},           {"size", "64x32"}, {"num_frames", 22},
+          {"allow_any_duration", true}, {"steps", steps},  {"seed", 1}};
 }
 
 // `h3 serve ARGS --port 0` as a child; its output goes to a log file, whose first line names the
@@ -119,7 +119,8 @@ class ServeCli : public ::testing::Test {
     if (!std::getenv("H3_BIN")) GTEST_SKIP() << "H3_BIN is not set (run through ctest)";
     work_ = std::make_unique<TempDir>("h3_serve_case");
   }
-  std::unique_ptr<ServerProcess> start(const std::string& extra = "", const std::string& data = "") {
+  std::unique_ptr<ServerProcess> start(const std::string& extra = "",
+                                       const std::string& data = "") {
     const std::string d = data.empty() ? (work_->path() / "data").string() : data;
     auto s = std::make_unique<ServerProcess>(
         "--model " + shell_quote(tiny_) + " --data " + shell_quote(d) + " " + extra,
@@ -192,8 +193,8 @@ TEST_F(ServeCli, JobStreamsEventsThenServesMp4RangeThumbnailAndIsDeleted) {
   });
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  for (const char* e : {"event: stage", "\"stage\":\"denoise\"", "event: progress", "event: preview",
-                        "data:image/jpeg;base64,", "event: completed"})
+  for (const char* e : {"event: stage", "\"stage\":\"denoise\"", "event: progress",
+                        "event: preview", "data:image/jpeg;base64,", "event: completed"})
     EXPECT_NE(events.find(e), std::string::npos) << e << " not in the events";
   EXPECT_LT(events.find("event: preview"), events.find("event: completed"));
 
@@ -264,7 +265,8 @@ TEST_F(ServeCli, MultipartKeyframeAndOrderedReferencesRunFl2vaAndRef2va) {
   const std::string jpeg = serve::encode_jpeg(img);
   const fs::path wav = work_->path() / "ref.wav";
   std::vector<float> samples(2 * 16000);
-  for (size_t i = 0; i < samples.size(); ++i) samples[i] = 0.1f * static_cast<float>((i % 50) / 50.0);
+  for (size_t i = 0; i < samples.size(); ++i)
+    samples[i] = 0.1f * static_cast<float>((i % 50) / 50.0);
   media::write_wav_float(wav.string(), Tensor::from_f32(samples, {2, 16000}), 16000);
   std::ifstream wf(wav, std::ios::binary);
   const std::string wav_bytes((std::istreambuf_iterator<char>(wf)), {});
@@ -286,7 +288,8 @@ TEST_F(ServeCli, MultipartKeyframeAndOrderedReferencesRunFl2vaAndRef2va) {
     ids.push_back(json::parse(r->body).value("id", ""));
   }
   for (const std::string& id : ids) {
-    const json v = wait_for(*c, id, [](const json& j) { return is(j, "completed") || is(j, "failed"); });
+    const json v =
+        wait_for(*c, id, [](const json& j) { return is(j, "completed") || is(j, "failed"); });
     EXPECT_EQ(v.value("status", ""), "completed") << v.dump();
   }
 }
@@ -295,7 +298,8 @@ TEST_F(ServeCli, ThreeQueuedJobsCompleteInArrivalOrderAndListNewestFirst) {
   auto s = start();
   auto c = s->client();
   std::vector<std::string> ids;
-  for (int k = 0; k < 3; ++k) ids.push_back(post(*c, tiny_job("job " + std::to_string(k))).value("id", ""));
+  for (int k = 0; k < 3; ++k)
+    ids.push_back(post(*c, tiny_job("job " + std::to_string(k))).value("id", ""));
   // The order in which they finish, seen by polling all three.
   std::vector<std::string> finished;
   const auto deadline = Clock::now() + std::chrono::seconds(180);
@@ -395,7 +399,8 @@ TEST_F(ServeCli, DeleteStopsARunningJobAtTheNextStep) {
   get(*c, "/v1/videos/" + id, 404);
   // The worker is free again: the next job runs to the end well before 1000 steps could.
   const std::string next = post(*c, tiny_job()).value("id", "");
-  const json v = wait_for(*c, next, [](const json& j) { return is(j, "completed"); }, 60);
+  const json v = wait_for(
+      *c, next, [](const json& j) { return is(j, "completed"); }, 60);
   EXPECT_EQ(v.value("status", ""), "completed");
   EXPECT_FALSE(fs::exists(work_->path() / "data" / "inputs" / id));
 }
@@ -436,8 +441,8 @@ TEST_F(ServeCli, BadRequestsAreAnsweredNamingTheField) {
   EXPECT_NE(bad_json->body.find("not valid JSON"), std::string::npos) << bad_json->body;
 
   // Bad media in a multipart upload: named by its field.
-  httplib::MultipartFormDataItems items = {{"prompt", "x", "", ""},
-                                           {"image", std::string("\x89PNG not really"), "a.png", "image/png"}};
+  httplib::MultipartFormDataItems items = {
+      {"prompt", "x", "", ""}, {"image", std::string("\x89PNG not really"), "a.png", "image/png"}};
   auto bad_media = c->Post("/v1/videos", items);
   ASSERT_TRUE(bad_media);
   EXPECT_EQ(bad_media->status, 400);
