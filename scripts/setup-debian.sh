@@ -2,6 +2,7 @@
 # Installs what h3.cpp needs to build and test on Debian 12 (or newer) / Ubuntu 24.04.
 # The CUDA toolkit is not installed here: when nvcc is on the machine (/usr/local/cuda/bin or
 # PATH), the CUDA backend is built too; otherwise h3 is CPU-only.
+# --browser also installs Debian's chromium and npm for scripts/test-browser.sh (the web page test).
 set -euo pipefail
 
 packages=(
@@ -9,7 +10,13 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
   libstb-dev libgtest-dev libbenchmark-dev clang ffmpeg
+  libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
 )
+if [[ "${1:-}" == "--browser" ]]; then
+  packages+=(chromium)
+  # A node installed from elsewhere brings its own npm (Debian's npm package would conflict).
+  command -v npm >/dev/null || packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

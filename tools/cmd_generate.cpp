@@ -5,6 +5,7 @@
 // safetensors writers rename a finished temporary file).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "ops/vsa.h"
 #include "pipeline/engine.h"
 #include "pipeline/generate.h"
+#include "pipeline/latent_preview.h"
 #include "pipeline/memory_plan.h"
 
 namespace {
@@ -41,8 +43,49 @@ void print_help() {
       "Generates a video with its soundtrack and writes an MP4 (H.264 video at 24 fps, AAC\n"
       "stereo audio at 32 kHz). The workflow follows from the inputs: none -> t2va (text to\n"
       "video+audio), --image/--last-image -> fl2va (keyframes), --ref -> ref2va (references).\n\n"
-      "%s",
+      "%s"
+      "  --preview                after every step, the predicted first latent frame as a small\n"
+      "                           truecolor picture on stderr (a terminal only; a fixed channel\n"
+      "                           map, not the VAE: shapes, not the video's colours)\n",
       h3::cli::generate_flags_help());
+}
+
+// --preview: the first latent frame of the step's prediction drawn with half blocks (each cell
+// shows two pixels: the upper as foreground, the lower as background), redrawn in place.
+class TerminalPreview {
+ public:
+  void draw(const h3::Tensor& latents) {
+    const pl::RgbBytes small = pl::latent_preview(latents, 0, 1);
+    const int64_t cols = std::clamp<int64_t>(small.width * 2, 32, 80);
+    int64_t rows = std::max<int64_t>(2, cols * small.height / std::max<int64_t>(1, small.width) / 2 * 2);
+    rows = std::min<int64_t>(rows, 48);
+    const pl::RgbBytes img = pl::resize_nearest(small, cols, rows);
+    std::string out = "\r\x1b[2K";
+    if (lines_ > 0) out += "\x1b[" + std::to_string(lines_) + "A";
+    for (int64_t y = 0; y + 1 < rows; y += 2) {
+      for (int64_t x = 0; x < cols; ++x) {
+        const uint8_t* a = &img.data[static_cast<size_t>((y * cols + x) * 3)];
+        const uint8_t* b = &img.data[static_cast<size_t>(((y + 1) * cols + x) * 3)];
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "\x1b[38;2;%d;%d;%dm\x1b[48;2;%d;%d;%dm\xe2\x96\x80", a[0],
+                      a[1], a[2], b[0], b[1], b[2]);
+        out += cell;
+      }
+      out += "\x1b[0m\n";
+    }
+    lines_ = rows / 2;
+    std::fputs(out.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  int64_t lines_ = 0;
+};
+
+int preview_flag(const std::string& flag, const std::string*, void* ctx) {
+  if (flag != "--preview") return -1;
+  *static_cast<bool*>(ctx) = true;
+  return 0;
 }
 
 // A one-line progress display on stderr: "[denoise] ###....  3/8".
@@ -77,7 +120,8 @@ int run_generate(const std::vector<std::string>& args) {
     }
   }
   h3::cli::GenerateFlags f;
-  h3::cli::parse_generate_flags(args, f, "h3 generate --help");
+  bool want_preview = false;
+  h3::cli::parse_generate_flags(args, f, "h3 generate --help", preview_flag, &want_preview);
   H3_CHECK(!f.model_dir.empty(), ErrorCode::kInvalidArgument,
            "missing --model DIR (see h3 generate --help)");
   H3_CHECK(f.have_prompt, ErrorCode::kInvalidArgument,
@@ -103,6 +147,14 @@ int run_generate(const std::vector<std::string>& args) {
   opt.on_progress = [&](const std::string& stage, int64_t step, int64_t steps) {
     progress.update(stage, step, steps);
   };
+  TerminalPreview preview;
+  if (want_preview) {
+    if (isatty(STDERR_FILENO) == 1) {
+      opt.on_preview = [&](int64_t, int64_t, const h3::Tensor& latents) { preview.draw(latents); };
+    } else {
+      std::fprintf(stderr, "note: --preview draws on a terminal; stderr is not one, so it is off\n");
+    }
+  }
   const uint64_t first_seed = req.seed;
   const bool tag = repeat > 1;
   for (int64_t k = 0; k < repeat; ++k) {
