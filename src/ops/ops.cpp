@@ -96,6 +96,24 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
   return cpu::linear(x, w, bias);
 }
 
+Tensor linear_segmented(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const std::vector<int64_t>& row_starts) {
+  const Device dev = check_devices("linear_segmented", {{"x", &x}, {"w", &w}, {"bias", bias}});
+  check_float("linear_segmented", "x", x);
+  check_float("linear_segmented", "w", w);
+  H3_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1), ErrorCode::kInvalidArgument,
+           "ops::linear_segmented: x ", x.desc(), " and w ", w.desc(),
+           ": expected x [..., K] and w [N, K]");
+  check_vector("linear_segmented", "bias", bias, w.size(0));
+  const int64_t rows = x.size(-1) ? x.numel() / x.size(-1) : 0;
+  bool ok = row_starts.size() >= 2 && row_starts.front() == 0 && row_starts.back() == rows;
+  for (size_t i = 1; ok && i < row_starts.size(); ++i) ok = row_starts[i] >= row_starts[i - 1];
+  H3_CHECK(ok, ErrorCode::kInvalidArgument, "ops::linear_segmented: row_starts must rise from 0 to ",
+           rows, " (the rows of x ", x.desc(), ")");
+  if (dev.is_cuda()) return cuda::linear(x, w, bias);
+  return cpu::linear_segmented(x, w, bias, row_starts);
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const Device dev = check_devices("matmul", {{"a", &a}, {"b", &b}});
   check_float("matmul", "a", a);

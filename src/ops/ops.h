@@ -29,6 +29,15 @@ namespace h3::ops {
 
 // y[..., N] = x[..., K] @ w[N, K]^T (+ bias[N]). x may be bf16/f16/f32; w any float dtype.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
+// linear() over rows that are independent problems stacked, e.g. the tiles of a batched decoder
+// forward: `row_starts` = {0, r1, ..., rows} (cumulative, like AttentionParams::cu_seqlens) over the
+// rows of x viewed as [rows, K]. The result is linear() of all rows. The CPU runs one GEMM per
+// segment, exactly the call linear() makes for that segment alone, so each segment's output equals
+// linear() of its rows bit for bit whatever kernel the BLAS picks for another row count (OpenBLAS
+// chooses kernels and blocking per shape, and they sum in different orders). CUDA runs one GEMM over
+// all rows (the point of stacking); there a segment may differ from its own GEMM in the last bit.
+Tensor linear_segmented(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const std::vector<int64_t>& row_starts);
 // Batched matmul: a [B, M, K] @ b [B, K, N] -> [B, M, N]; b may also be [K, N] (broadcast).
 Tensor matmul(const Tensor& a, const Tensor& b);
 

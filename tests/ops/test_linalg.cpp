@@ -1,8 +1,12 @@
-// Backend-ops cases: linear and matmul against naive triple-loop float64 GEMMs.
+// Backend-ops cases: linear, linear_segmented and matmul against naive triple-loop float64 GEMMs;
+// and linear_segmented's CPU guarantee (each segment bit for bit its own linear()).
+#include <gtest/gtest.h>
+
 #include <string>
 
 #include "backend_ops.h"
 #include "ops/ops.h"
+#include "support/golden.h"
 
 namespace h3::test::ops {
 namespace {
@@ -40,6 +44,29 @@ void add_linear(const Shape& xshape, int64_t n, DType xt, DType wt, bool bias, b
     return h3::ops::linear(in[0], in[1], bias ? &in[2] : nullptr);
   };
   c.reference = [=](const std::vector<Tensor>& in) { return ref_linear(in, bias); };
+  register_case(std::move(c));
+}
+
+void add_linear_segmented(const Shape& xshape, int64_t n, const std::vector<int64_t>& starts, DType t) {
+  OpCase c;
+  c.op = "linear_segmented";
+  std::string dims, segs;
+  for (int64_t d : xshape) dims += std::to_string(d) + "x";
+  for (size_t i = 1; i < starts.size(); ++i) {
+    segs += '_';
+    segs += std::to_string(starts[i] - starts[i - 1]);
+  }
+  c.name = "linear_segmented_" + dtype_tag(t) + "_x" + dims + "n" + std::to_string(n) + "_seg" + segs;
+  c.dtype = t;
+  const int64_t k = xshape.back();
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.uniform_tensor(xshape, t), r.uniform_tensor({n, k}, t, -0.5f, 0.5f),
+                               r.uniform_tensor({n}, t)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    return h3::ops::linear_segmented(in[0], in[1], &in[2], starts);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) { return ref_linear(in, true); };
   register_case(std::move(c));
 }
 
@@ -91,6 +118,9 @@ void add_cases() {
     add_linear({512, 1024}, 1536, t, t, true, /*large=*/true);
     add_matmul({8, 256, 128}, {8, 128, 256}, t, /*large=*/true);
   }
+  add_linear_segmented({70, 24}, 40, {0, 1, 8, 8, 70}, DType::kF32);
+  add_linear_segmented({3, 20, 16}, 24, {0, 20, 60}, DType::kBF16);
+  add_linear_segmented({33, 48}, 30, {0, 33}, DType::kF16);
   // Mixed storage: fp32 activations with bf16 weights (the DiT's fp32 islands read bf16 params),
   // bf16 activations with fp32 weights, and fp16 (the video VAE decoder under autocast).
   add_linear({9, 24}, 96, DType::kF32, DType::kBF16, true);
@@ -98,6 +128,30 @@ void add_cases() {
   add_linear({10, 48}, 30, DType::kF16, DType::kF16, true);
 }
 H3_OPS_CASES(add_cases);
+
+// What linear_segmented guarantees on the CPU, whatever the BLAS: every segment's rows come out bit
+// for bit as linear() of those rows alone (the same GEMM call), while linear() over all rows may sum
+// in another order (OpenBLAS picks kernels and blocking per shape: the rows of a segment inside a
+// larger GEMM are not guaranteed their own bits, and on some kernels they differ in the last bit).
+TEST(LinearSegmented, EachSegmentIsItsOwnLinearOnCpu) {
+  Rng r(2024);
+  const std::vector<int64_t> starts = {0, 1, 7, 7, 71, 300, 301, 1500};
+  for (DType t : {DType::kF32, DType::kF16}) {
+    const Tensor x = r.uniform_tensor({starts.back(), 96}, t);
+    const Tensor w = r.uniform_tensor({80, 96}, t, -0.5f, 0.5f);
+    const Tensor b = r.uniform_tensor({80}, t);
+    const Tensor all = h3::ops::linear_segmented(x, w, &b, starts);
+    int64_t bad = 0;
+    for (size_t i = 0; i + 1 < starts.size(); ++i) {
+      const Tensor rows = x.slice(0, starts[i], starts[i + 1]).contiguous();
+      const Tensor alone = h3::ops::linear(rows, w, &b);
+      bad += h3::test::count_bit_mismatches(all.slice(0, starts[i], starts[i + 1]).contiguous(), alone);
+    }
+    std::printf("linear_segmented %s: %zu segments, %lld values differ from their own linear()\n",
+                dtype_tag(t).c_str(), starts.size() - 1, static_cast<long long>(bad));
+    EXPECT_EQ(bad, 0);
+  }
+}
 
 }  // namespace
 }  // namespace h3::test::ops

@@ -35,6 +35,10 @@ TEST(OpErrors, ShapeMismatchesAreRefused) {
     const Tensor b = f32({4});
     ops::linear(f32({3, 6}), f32({5, 6}), &b);
   });
+  expect_invalid("linear_segmented row_starts", "linear_segmented",
+                 [] { ops::linear_segmented(f32({5, 6}), f32({3, 6}), nullptr, {0, 2, 4}); });
+  expect_invalid("linear_segmented falling row_starts", "linear_segmented",
+                 [] { ops::linear_segmented(f32({5, 6}), f32({3, 6}), nullptr, {0, 3, 2, 5}); });
   expect_invalid("matmul inner dims", "matmul", [] { ops::matmul(f32({2, 3, 4}), f32({2, 5, 6})); });
   expect_invalid("attention heads", "attention",
                  [] { ops::attention(f32({4, 3, 8}), f32({4, 2, 8}), f32({4, 2, 8})); });

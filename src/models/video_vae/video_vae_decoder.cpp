@@ -165,6 +165,12 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
   const Tensor cos = as_dtype(cos_all.to(dev), gd), sin = as_dtype(sin_all.to(dev), gd);
   ops::AttentionParams ap;
   if (tiles.size() > 1) ap.cu_seqlens = cu;  // one tile: the plain dense call, as before batching
+  // The GEMMs over the stacked rows keep the tiles apart (ops::linear_segmented): on the CPU each
+  // tile's rows go through the very GEMM call its own forward makes, so a batch decodes every tile
+  // bit for bit as alone, whatever kernel the BLAS would pick for the larger row count.
+  auto linear = [&cu](const Tensor& in, const Tensor& w, const Tensor& b) {
+    return ops::linear_segmented(in, w, &b, cu);
+  };
   clock.lap(&DecoderProfile::other_s);
 
   for (const DecoderBlockWeights& b : wt.blocks) {
@@ -172,27 +178,27 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
     // affine) and partial RoPE, dense attention per tile, output projection, LayerScale.
     const Tensor n1 = as_dtype(ops::rms_norm(x, &b.norm1, eps), gd);
     clock.lap(&DecoderProfile::norm_s);
-    Tensor q = ops::linear(n1, b.q_w, &b.q_b).view({n, heads, hd});
-    Tensor k = ops::linear(n1, b.k_w, &b.k_b).view({n, heads, hd});
-    const Tensor v = ops::linear(n1, b.v_w, &b.v_b).view({n, heads, hd});
+    Tensor q = linear(n1, b.q_w, b.q_b).view({n, heads, hd});
+    Tensor k = linear(n1, b.k_w, b.k_b).view({n, heads, hd});
+    const Tensor v = linear(n1, b.v_w, b.v_b).view({n, heads, hd});
     clock.lap(&DecoderProfile::gemm_s);
     q = ops::qk_norm_rope(q, nullptr, eps, cos, sin, rot);
     k = ops::qk_norm_rope(k, nullptr, eps, cos, sin, rot);
     clock.lap(&DecoderProfile::norm_s);
     const Tensor o = ops::attention(q, k, v, ap).view({n, width});
     clock.lap(&DecoderProfile::attention_s);
-    const Tensor attn = ops::linear(o, b.out_w, &b.out_b);
+    const Tensor attn = linear(o, b.out_w, b.out_b);
     clock.lap(&DecoderProfile::gemm_s);
     x = layerscale_residual(x, attn, b.scale1);
     clock.lap(&DecoderProfile::other_s);
     // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
     const Tensor n2 = as_dtype(ops::rms_norm(x, &b.norm2, eps), gd);
     clock.lap(&DecoderProfile::norm_s);
-    const Tensor up = ops::linear(n2, b.ff_in_w, &b.ff_in_b);
+    const Tensor up = linear(n2, b.ff_in_w, b.ff_in_b);
     clock.lap(&DecoderProfile::gemm_s);
     const Tensor act = ops::swiglu(up);
     clock.lap(&DecoderProfile::other_s);
-    const Tensor ff = ops::linear(act, b.ff_out_w, &b.ff_out_b);
+    const Tensor ff = linear(act, b.ff_out_w, b.ff_out_b);
     clock.lap(&DecoderProfile::gemm_s);
     x = layerscale_residual(x, ff, b.scale2);
     clock.lap(&DecoderProfile::other_s);

@@ -46,10 +46,12 @@ Tensor decoder_forward(const VideoVaeConfig& config, const DecoderWeights& weigh
 
 // Several tiles in one forward: the token rows of every tile (each with its own registers, zero
 // token and window-relative RoPE) are stacked, every row-wise op runs once over all of them, and
-// attention stays within each tile (block-diagonal cu_seqlens). Row-wise ops do not mix rows, so
-// each output equals decoder_forward of that tile alone up to the GEMM library's choice of kernel
-// for the larger row count (last-bit noise; bit-identical on the CPU at the tile sizes the unit
-// test uses). Tiles may differ in size.
+// attention stays within each tile (block-diagonal cu_seqlens), and so do the GEMMs
+// (ops::linear_segmented). On the CPU every output equals decoder_forward of that tile alone bit for
+// bit, by construction: the row-wise ops are per-row loops, attention runs per tile, and each
+// tile's GEMMs are the very BLAS calls its own forward makes. On CUDA one GEMM covers all tiles, so
+// a tile may differ from its own forward in the last bit (the library picks kernels per shape).
+// Tiles may differ in size.
 std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& config, const DecoderWeights& weights,
                                           DType gemm_dtype, const std::vector<Tensor>& tiles,
                                           DecoderProfile* profile = nullptr);

@@ -57,6 +57,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // ---- the ops ------------------------------------------------------------------------------------
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias);
+Tensor linear_segmented(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const std::vector<int64_t>& row_starts);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                  const Tensor* mask);

@@ -5,23 +5,51 @@
 
 namespace h3::ops::cpu {
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+namespace {
+
+// y = x W^T (+ b) for the rows [r0, r1) of x [m, k] into out [m, n]: one sgemm whose arguments are
+// those of linear() on these rows alone (row-major, lda = ldb = k, ldc = n), so the BLAS sees the
+// same call and sums in the same order wherever the rows sit in a larger tensor.
+void linear_rows(const float* x, const float* w, const Tensor* bias, int64_t r0, int64_t r1, int64_t n,
+                 int64_t k, float* out) {
+  const int64_t m = r1 - r0;
+  if (m <= 0) return;
+  float* o = out + r0 * n;
+  if (bias) {
+    // Bias first, then C = X W^T + C: the bias is added in float32 before the single rounding.
+    const F32 bf(*bias);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) o[i * n + j] = bf[j];
+  }
+  sgemm(false, true, m, n, k, 1.0f, x + r0 * k, k, w, k, bias ? 1.0f : 0.0f, o, n);
+}
+
+Tensor linear_over(const Tensor& x, const Tensor& w, const Tensor* bias,
+                   const std::vector<int64_t>& row_starts) {
   const int64_t k = x.size(-1);
   const int64_t n = w.size(0);
   const int64_t m = k ? x.numel() / k : 0;
   const F32 xf(x);
   const F32 wf(w);
   std::vector<float> out(static_cast<size_t>(m * n));
-  if (bias) {
-    // Bias first, then C = X W^T + C: the bias is added in float32 before the single rounding.
-    const F32 bf(*bias);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) out[i * n + j] = bf[j];
+  if (row_starts.empty()) {
+    linear_rows(xf.data(), wf.data(), bias, 0, m, n, k, out.data());
+  } else {
+    for (size_t i = 0; i + 1 < row_starts.size(); ++i)
+      linear_rows(xf.data(), wf.data(), bias, row_starts[i], row_starts[i + 1], n, k, out.data());
   }
-  sgemm(false, true, m, n, k, 1.0f, xf.data(), k, wf.data(), k, bias ? 1.0f : 0.0f, out.data(), n);
   Shape shape = x.shape();
   shape.back() = n;
   return store_f32(out.data(), shape, x.dtype());
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) { return linear_over(x, w, bias, {}); }
+
+Tensor linear_segmented(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const std::vector<int64_t>& row_starts) {
+  return linear_over(x, w, bias, row_starts);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
