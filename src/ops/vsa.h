@@ -65,6 +65,11 @@ struct VsaOptions {
   double sparsity = 0.0;
   VsaMode mode = VsaMode::kExempt;
   float scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  // A given block mask u8 [H, n, n] used instead of the top-k selection (the scores are still
+  // computed for the compression branch). For parity tests: a reference's mask, so that a near tie
+  // its scores resolve the other way cannot change which keys the output is compared over. CPU only
+  // (kUnsupported elsewhere).
+  const Tensor* block_mask = nullptr;
 };
 
 // Intermediate tensors, for tests and diagnostics (filled when a pointer is passed).

@@ -1,5 +1,9 @@
 // VSA-H3 against the reference's own tensors ($H3_GOLDEN_DIR/vsa, its own manifest):
-// tiling metadata and k_vid exact, masks exact, pooled/scores/branches within TOLERANCES.md.
+// tiling metadata and k_vid exact, pooled/scores/branches within TOLERANCES.md, masks equal up to
+// near ties: a top-k selection may flip only where two tiles' reference scores are closer than the
+// score noise measured on the case (support/vsa_masks.h; TOLERANCES.md demands equal masks where a
+// case's topk_min_margin is >= 1e-3, which every shipped case has, and then no flip is possible).
+// Where a flip happened, the outputs are compared from a run with the reference's own mask.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +14,7 @@
 #include "core/status.h"
 #include "ops/vsa.h"
 #include "support/golden.h"
+#include "support/vsa_masks.h"
 
 namespace h3 {
 namespace {
@@ -34,6 +39,7 @@ void expect_vec_eq(const std::string& what, const std::vector<int64_t>& got,
 
 TEST(GoldenVsa, MetadataMatchesReference) {
   H3_VSA_MANIFEST_OR_SKIP(manifest);
+  if (!(*manifest)["cases"].contains("metadata")) GTEST_SKIP() << "the VSA manifest has no cases.metadata";
   const json& meta = (*manifest)["cases"]["metadata"];
   std::ifstream in(vsa_path(meta["file"].get<std::string>()));
   ASSERT_TRUE(in) << "missing " << meta["file"];
@@ -149,8 +155,9 @@ void expect_bf16_bound(const std::string& name, const Tensor& got, const Tensor&
 
 TEST(GoldenVsa, AttentionCasesMatchReference) {
   H3_VSA_MANIFEST_OR_SKIP(manifest);
+  if (!(*manifest)["cases"].contains("attention") || (*manifest)["cases"]["attention"].empty())
+    GTEST_SKIP() << "no VSA attention cases";
   const json& list = (*manifest)["cases"]["attention"];
-  if (list.empty()) GTEST_SKIP() << "no VSA attention cases";
   for (const json& c : list) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
@@ -176,14 +183,34 @@ TEST(GoldenVsa, AttentionCasesMatchReference) {
       opt.mode = ops::parse_vsa_mode(mode_s);
       opt.scale = static_cast<float>(scale);
       const Tensor ref_mask = f->tensor(combo["tensors"]["mask"].get<std::string>());
-      // The mask from the reference's own scores must be exact...
-      const Tensor mask_from_ref =
-          ops::vsa_block_mask(f->tensor("scores"), geo, sparsity, opt.mode);
-      test::expect_equal(name + " mask from reference scores", mask_from_ref, ref_mask);
+      const Tensor ref_scores = f->tensor("scores");
+      const double margin = combo.value("topk_min_margin", nlohmann::json()).is_number()
+                                ? combo["topk_min_margin"].get<double>()
+                                : -1.0;
+      // The mask from the reference's own scores: only an exact tie (noise 0) may flip.
+      const test::MaskFlips from_ref = test::classify_mask_flips(
+          ops::vsa_block_mask(ref_scores, geo, sparsity, opt.mode), ref_mask, ref_scores, 0.0);
+      std::printf("  mask from reference scores: %s\n", test::describe(from_ref, 0.0).c_str());
+      EXPECT_TRUE(from_ref.ok()) << name << " mask from reference scores: " << test::describe(from_ref, 0.0);
       ops::VsaTrace trace;
-      const Tensor out = ops::vsa_attention(q, k, v, &g, geo, opt, &trace);
-      // ...and so must the mask from our scores (the golden margins exclude near ties).
-      test::expect_equal(name + " mask", trace.mask, ref_mask);
+      Tensor out = ops::vsa_attention(q, k, v, &g, geo, opt, &trace);
+      // The mask from our scores: flips only within the noise of our scores against the reference's.
+      const double noise = test::max_abs_difference(trace.scores, ref_scores);
+      const test::MaskFlips own = test::classify_mask_flips(trace.mask, ref_mask, ref_scores, noise);
+      std::printf("  mask from our scores (case topk_min_margin %s): %s\n",
+                  margin < 0 ? "-" : str_cat(margin).c_str(), test::describe(own, noise).c_str());
+      EXPECT_TRUE(own.ok()) << name << " mask: " << test::describe(own, noise);
+      if (margin >= 1e-3) {
+        EXPECT_EQ(own.differing, 0) << name << ": a flip despite a margin of " << margin;
+      }
+      if (own.differing > 0) {
+        // A near tie went the other way: the outputs are compared over the reference's selection.
+        ops::VsaOptions forced = opt;
+        forced.block_mask = &ref_mask;
+        trace = ops::VsaTrace();
+        out = ops::vsa_attention(q, k, v, &g, geo, forced, &trace);
+        std::printf("  outputs below from a run with the reference's mask\n");
+      }
       const Tensor ref_fine = f->tensor(combo["tensors"]["fine"].get<std::string>());
       const Tensor ref_out = f->tensor(combo["tensors"]["out"].get<std::string>());
       if (fp32) {

@@ -46,13 +46,15 @@ DitConfig tiny_config(int64_t head_dim = 64) {
   return c;
 }
 
-DitModel tiny_model(DitAttentionBackend backend, bool gates, double sparsity = -1.0) {
+DitModel tiny_model(DitAttentionBackend backend, bool gates, double sparsity = -1.0,
+                    std::vector<Tensor> block_masks = {}) {
   const DitConfig c = tiny_config();
   DitOptions o;
   o.attention = backend;
   o.vsa.sparsity = sparsity;
   o.vsa.dense_layers = {1};
   o.vsa.dense_first_steps = 2;
+  o.vsa.block_masks = std::move(block_masks);
   return DitModel::from_weights(c, random_dit_block_weights(c, gates, 7, DType::kF32, Device::cpu()),
                                 o);
 }
@@ -197,6 +199,38 @@ TEST(DitVsa, SparsityZeroWithoutGatesIsDense) {
               static_cast<long long>(t_step.vsa[0].mask.numel()));
   EXPECT_LT(kept_sparse, kept_step);
   EXPECT_EQ(kept_step, t_step.vsa[0].mask.numel());
+}
+
+// DitVsaOptions::block_masks (parity tests attend with a reference's masks where a near tie went
+// the other way): given its own masks back, a block reproduces its output bit for bit; given
+// all-ones masks at sparsity 0.75, it is the sparsity-0 block bit for bit (same fine and gate
+// branches); and the given mask is what the trace reports.
+TEST(DitVsa, GivenBlockMasksReplaceTheTopkSelection) {
+  const Packed p = tiny_packed();
+  DitTrace own;
+  const Tensor sparse = run_one_block(tiny_model(DitAttentionBackend::kVsa, true, 0.75), p, 0, 5, &own);
+  ASSERT_EQ(own.vsa.size(), 1u);
+  DitTrace again;
+  const Tensor same = run_one_block(tiny_model(DitAttentionBackend::kVsa, true, 0.75, {own.vsa[0].mask}),
+                                    p, 0, 5, &again);
+  EXPECT_EQ(max_abs_diff(sparse, same), 0.0);
+  EXPECT_EQ(again.vsa[0].mask.to_f32_vector(), own.vsa[0].mask.to_f32_vector());
+
+  Tensor ones = Tensor::zeros(own.vsa[0].mask.shape(), DType::kU8);
+  ones.fill(1);
+  DitTrace forced;
+  const Tensor all = run_one_block(tiny_model(DitAttentionBackend::kVsa, true, 0.75, {ones}), p, 0, 5, &forced);
+  const Tensor sp0 = run_one_block(tiny_model(DitAttentionBackend::kVsa, true, 0.0), p, 0, 5);
+  std::printf("  all-ones mask at sparsity 0.75 vs sparsity 0: max|d|=%.3e (expected 0); vs top-k: %.3e\n",
+              max_abs_diff(all, sp0), max_abs_diff(all, sparse));
+  EXPECT_EQ(max_abs_diff(all, sp0), 0.0);
+  EXPECT_GT(max_abs_diff(all, sparse), 0.0);
+  EXPECT_EQ(forced.vsa[0].mask.to_f32_vector(), ones.to_f32_vector());
+
+  // A mask of the wrong shape is refused.
+  const Tensor bad = Tensor::zeros({1, 2, 2}, DType::kU8);
+  expect_error([&] { run_one_block(tiny_model(DitAttentionBackend::kVsa, true, 0.75, {bad}), p, 0, 5); },
+               ErrorCode::kInvalidArgument, "block mask");
 }
 
 TEST(DitBench, ChoosesLayoutForRows) {

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "ops/vsa.h"
+#include "support/vsa_masks.h"
 
 namespace h3::ops {
 namespace {
@@ -113,6 +114,39 @@ TEST(Vsa, MaskKeepsPrefixAndTopK) {
   const Tensor c = vsa_block_mask(scores, g, 0.5, VsaMode::kCompete);  // top 2 over all keys
   EXPECT_EQ(c.to_i64_vector(), (std::vector<int64_t>{1, 1, 1, 0, 1, 1, 1, 1, 0}));
   EXPECT_THROW(vsa_block_mask(scores, g, 1.0, VsaMode::kExempt), Error);
+}
+
+// The golden tests' mask comparison (support/vsa_masks.h): a flip is accepted only where the
+// reference's scores of the swapped tiles are within twice the measured score noise.
+TEST(Vsa, MaskFlipsAreAcceptedOnlyWithinTheNoise) {
+  // One head, 4 tiles, 1 prefix tile; query tile 2 keeps 2 of the 3 video tiles.
+  const float lo = 0.3f, hi = std::nextafter(0.3f, 1.0f);  // one float32 step apart
+  const std::vector<float> scores = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0.5f, hi, lo, 0, 0, 0, 0};
+  auto mask = [](std::vector<uint8_t> row2) {
+    Tensor m = Tensor::zeros({1, 4, 4}, DType::kU8);
+    m.fill(1);
+    for (int j = 0; j < 4; ++j) m.data<uint8_t>()[8 + j] = row2[static_cast<size_t>(j)];
+    return m;
+  };
+  const Tensor s = Tensor::from_f32(scores, {1, 4, 4});
+  const Tensor ref = mask({1, 1, 1, 0});   // tile 2 (hi) over tile 3 (lo)
+  const Tensor flip = mask({1, 1, 0, 1});  // the other way round
+  const double gap = static_cast<double>(hi) - static_cast<double>(lo);
+  EXPECT_EQ(test::classify_mask_flips(ref, ref, s, 0.0).differing, 0);
+  const test::MaskFlips within = test::classify_mask_flips(flip, ref, s, gap);
+  std::printf("  within the noise: %s\n", test::describe(within, gap).c_str());
+  EXPECT_TRUE(within.ok());
+  EXPECT_EQ(within.near_ties, 2);
+  const test::MaskFlips beyond = test::classify_mask_flips(flip, ref, s, gap / 4);
+  std::printf("  beyond the noise: %s\n", test::describe(beyond, gap / 4).c_str());
+  EXPECT_FALSE(beyond.ok());
+  EXPECT_EQ(beyond.unexplained, 2);
+  // Dropping the 0.5 tile is never a near tie; neither is a different number of kept tiles.
+  EXPECT_FALSE(test::classify_mask_flips(mask({1, 0, 1, 1}), ref, s, gap).ok());
+  EXPECT_FALSE(test::classify_mask_flips(mask({1, 1, 1, 1}), ref, s, 1.0).ok());
+  // A mask computed from the reference's scores may flip only on an exact tie.
+  const std::vector<float> tied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0.5f, lo, lo, 0, 0, 0, 0};
+  EXPECT_TRUE(test::classify_mask_flips(flip, ref, Tensor::from_f32(tied, {1, 4, 4}), 0.0).ok());
 }
 
 }  // namespace

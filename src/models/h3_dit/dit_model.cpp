@@ -227,7 +227,7 @@ Tensor DitModel::apply_rope(const Tensor& x, const DitLayout& layout) const {
 // q/k/v projections, per-head RMSNorm, optional RoPE, full attention, output projection (§2.10).
 Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
                                  const DitLayout* rope, double vsa_sparsity,
-                                 ops::VsaTrace* vsa_trace) const {
+                                 ops::VsaTrace* vsa_trace, const Tensor* vsa_mask) const {
   const int64_t s = a.size(0);
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
@@ -248,6 +248,7 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     ops::VsaOptions vo;
     vo.sparsity = vsa_sparsity;
     vo.mode = options_.vsa.mode;
+    vo.block_mask = vsa_mask;
     o = ops::vsa_attention(q, k, v, g.defined() ? &g : nullptr, rope->vsa, vo, vsa_trace);
   } else {
     ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
@@ -436,7 +437,9 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   }
   // §2.9.
   const Tensor a = modulate_rows(ops::rms_norm(x_in, &b.norm1, eps), scale_msa, shift_msa, adaln_rows);
-  Tensor x = gated_add(x_in, attention_layer(a, b.attn, &layout, sparsity, vt), gate_msa, adaln_rows);
+  const std::vector<Tensor>& masks = options_.vsa.block_masks;
+  const Tensor* mask = block < static_cast<int64_t>(masks.size()) ? &masks[static_cast<size_t>(block)] : nullptr;
+  Tensor x = gated_add(x_in, attention_layer(a, b.attn, &layout, sparsity, vt, mask), gate_msa, adaln_rows);
   const Tensor h = modulate_rows(ops::rms_norm(x, &b.norm2, eps), scale_mlp, shift_mlp, adaln_rows);
   x = gated_add(x, feed_forward(h, b.ff), gate_mlp, adaln_rows);
   if (trace) trace->block_out.push_back(x);

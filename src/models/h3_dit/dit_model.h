@@ -58,6 +58,9 @@ struct DitVsaOptions {
   ops::VsaMode mode = ops::VsaMode::kExempt;
   std::vector<int64_t> dense_layers;  // block indices run at sparsity 0
   int64_t dense_first_steps = 0;      // steps with index < n run at sparsity 0
+  // Parity tests: block i attends with block_masks[i] (u8 [H, n, n], e.g. the reference's own mask)
+  // instead of its top-k selection (ops::VsaOptions::block_mask). Empty: top-k. CPU only.
+  std::vector<Tensor> block_masks;
 };
 
 struct DitOptions {
@@ -201,7 +204,8 @@ class DitModel {
   DitModel() = default;
   // rope == nullptr: the refiner (dense, no RoPE). vsa_sparsity < 0: dense attention.
   Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope,
-                         double vsa_sparsity = -1.0, ops::VsaTrace* vsa_trace = nullptr) const;
+                         double vsa_sparsity = -1.0, ops::VsaTrace* vsa_trace = nullptr,
+                         const Tensor* vsa_mask = nullptr) const;
   void init_common();
   // Streamed block `block` as views into its slot (waits for its copy, prefetches `next_block`,
   // -1 for none); release_streamed(block) after its work is queued.

@@ -73,7 +73,10 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
           for (int64_t d = 0; d < D; ++d) acc += static_cast<double>(qp[(h * n + i) * D + d]) * kp[(h * n + j) * D + d];
           sc[(h * n + i) * n + j] = static_cast<float>(acc * scale);
         }
-    mask = vsa_block_mask(scores, geo, opt.sparsity, opt.mode);
+    mask = opt.block_mask ? opt.block_mask->to(Device::cpu()).contiguous()
+                          : vsa_block_mask(scores, geo, opt.sparsity, opt.mode);
+  } else if (opt.block_mask) {
+    mask = opt.block_mask->to(Device::cpu()).contiguous();
   } else {
     mask = Tensor::zeros({H, n, n}, DType::kU8);
     mask.fill(1);
