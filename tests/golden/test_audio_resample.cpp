@@ -9,6 +9,7 @@
 
 #include "media/audio_resample.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -53,7 +54,7 @@ TEST(AudioResampleGolden, EndToEndReferenceAudio) {
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     const nlohmann::json& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
-    for (int k = 0; k < 16; ++k) {
+    for (int k = 0; k < test::reference_count(*f); ++k) {
       const std::string in = "input_reference_" + std::to_string(k) + "_audio";
       const std::string out = "normalized_reference_" + std::to_string(k) + "_audio";
       if (!f->has(in) || !f->has(out)) continue;

@@ -14,6 +14,7 @@
 
 #include "models/audio_vae/audio_vae_model.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -54,6 +55,7 @@ void compare_if_stored(const io::SafetensorsFile& f, const std::string& file, co
 
 TEST(AudioVaeGolden, Decode) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "audio_vae_decode");
+  H3_GOLDEN_OUTPUTS_APPLY_OR_SKIP("audio_vae");
   const AudioVae& vae = model();
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
@@ -76,6 +78,7 @@ TEST(AudioVaeGolden, Decode) {
 
 TEST(AudioVaeGolden, Encode) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "audio_vae_encode");
+  H3_GOLDEN_OUTPUTS_APPLY_OR_SKIP("audio_vae");
   const AudioVae& vae = model();
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
@@ -100,6 +103,7 @@ TEST(AudioVaeGolden, Encode) {
 // stereo as batch, clamp) against the generated waveform [1, 2, S].
 TEST(AudioVaeGolden, EndToEndWaveform) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "e2e");
+  H3_GOLDEN_OUTPUTS_APPLY_OR_SKIP("audio_vae");
   const AudioVae& vae = model();
   int ran = 0;
   for (const test::GoldenCase& c : cases) {
@@ -122,12 +126,13 @@ TEST(AudioVaeGolden, EndToEndWaveform) {
 // mean, normalized, channel-major rows.
 TEST(AudioVaeGolden, EndToEndReferenceRows) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "e2e");
+  H3_GOLDEN_OUTPUTS_APPLY_OR_SKIP("audio_vae");
   const AudioVae& vae = model();
   int ran = 0;
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     int j = 0;
-    for (int k = 0; k < 16; ++k) {
+    for (int k = 0; k < test::reference_count(*f); ++k) {
       const std::string in = "normalized_reference_" + std::to_string(k) + "_audio";
       if (!f->has(in)) continue;
       const std::string out = "audio_condition_rows_" + std::to_string(j++);

@@ -12,41 +12,61 @@
 #include "pipeline/generate.h"
 #include "pipeline/torch_generator.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
+#include "test_e2e_common.h"
 #include "text/presentation.h"
 #include "text/tokenizer.h"
 
 namespace h3 {
 namespace {
 
-constexpr double kStepBound = 1e-5;   // latents after every step, rel_max
-constexpr double kFrameBound = 1e-5;  // frames float32, rel_max
-constexpr double kUint8Bound = 1.0;   // frames uint8, abs
-constexpr double kWaveBound = 5e-5;   // waveform, max abs
+using test::e2e::draw_name;
+using test::e2e::kFrameBound;
+using test::e2e::kStepBound;
+using test::e2e::kUint8Bound;
+using test::e2e::kWaveBound;
+using test::e2e::step_name;
 
-std::vector<test::GoldenCase> t2va_cases(const std::vector<test::GoldenCase>& all) {
+// The t2va cases whose stored outputs can be compared (model and tensors present); the others are
+// printed with the reason, and the test skips when none is left.
+std::vector<test::GoldenCase> runnable(const std::vector<test::GoldenCase>& all, bool injected,
+                                       std::string* skipped) {
   std::vector<test::GoldenCase> out;
-  for (const test::GoldenCase& c : all)
-    if (c.entry.contains("meta") && c.entry["meta"].value("workflow", "") == "t2va")
+  for (const test::GoldenCase& c : test::e2e::cases_of(all, "t2va")) {
+    const auto f = c.open();
+    std::string why;
+    if (!test::golden_outputs_match_checkpoint(test::e2e::components_of(c), &why)) {
+      why = "stored outputs do not apply to this checkpoint: " + why;
+    } else if (const std::string missing = test::e2e::missing_for_run(c, *f, injected); !missing.empty()) {
+      why = "lacks " + missing;
+    }
+    if (why.empty()) {
       out.push_back(c);
+    } else {
+      std::printf("%s: skipped (%s)\n", c.file.c_str(), why.c_str());
+      *skipped += (skipped->empty() ? "" : "; ") + c.file + ": " + why;
+    }
+  }
   return out;
-}
-
-std::string step_name(int64_t i, const char* what) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "step%02lld_%s", static_cast<long long>(i), what);
-  return buf;
 }
 
 TEST(E2eT2vaGolden, PresentationAndDrawsAreExact) {
   H3_GOLDEN_CASES_OR_SKIP(all, "e2e");
-  const std::vector<test::GoldenCase> cases = t2va_cases(all);
+  const std::vector<test::GoldenCase> cases = test::e2e::cases_of(all, "t2va");
   if (cases.empty()) GTEST_SKIP() << "no e2e case with workflow t2va";
   const text::Tokenizer tok =
       text::Tokenizer::from_file(all_golden->checkpoint_dir() + "/tokenizer");
   const text::PromptPresenter presenter(tok);
+  int ran = 0;
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     const nlohmann::json& meta = c.entry["meta"];
+    // One generator, video noise then audio rows (fact 6), whatever the draws' indices.
+    const std::string vname = draw_name(*f, "video_noise"), aname = draw_name(*f, "audio_noise_rows");
+    if (!f->has("input_ids") || vname.empty() || aname.empty()) {
+      std::printf("%s: skipped (lacks input_ids or a noise draw)\n", c.file.c_str());
+      continue;
+    }
     std::printf("%s: prompt '%s' seed %lld\n", c.file.c_str(),
                 meta["prompt"].get<std::string>().c_str(),
                 static_cast<long long>(meta["seed"].get<int64_t>()));
@@ -54,19 +74,22 @@ TEST(E2eT2vaGolden, PresentationAndDrawsAreExact) {
         presenter.present(text::Workflow::kT2VA, meta["prompt"].get<std::string>(), {});
     const Tensor ids = Tensor::from_i64(p.input_ids, {static_cast<int64_t>(p.input_ids.size())});
     test::expect_equal(c.file + ":input_ids", ids, f->tensor("input_ids"));
-    // One generator, video noise then audio rows (fact 6): equal bits.
     TorchGenerator gen(meta["seed"].get<uint64_t>());
-    const Tensor vref = f->tensor("draw0_video_noise");
-    const Tensor aref = f->tensor("draw1_audio_noise_rows");
-    test::expect_bits_equal(c.file + ":draw0_video_noise", gen.randn(vref.shape()), vref);
-    test::expect_bits_equal(c.file + ":draw1_audio_noise_rows", gen.randn(aref.shape()), aref);
+    const Tensor vref = f->tensor(vname);
+    const Tensor aref = f->tensor(aname);
+    test::expect_bits_equal(c.file + ":" + vname, gen.randn(vref.shape()), vref);
+    test::expect_bits_equal(c.file + ":" + aname, gen.randn(aref.shape()), aref);
+    ++ran;
   }
+  if (ran == 0) GTEST_SKIP() << "no t2va case stores input_ids and its noise draws";
 }
 
 TEST(E2eT2vaGolden, EveryStepAndDecodedOutputs) {
   H3_GOLDEN_CASES_OR_SKIP(all, "e2e");
-  const std::vector<test::GoldenCase> cases = t2va_cases(all);
-  if (cases.empty()) GTEST_SKIP() << "no e2e case with workflow t2va";
+  if (test::e2e::cases_of(all, "t2va").empty()) GTEST_SKIP() << "no e2e case with workflow t2va";
+  std::string skipped;
+  const std::vector<test::GoldenCase> cases = runnable(all, /*injected=*/true, &skipped);
+  if (cases.empty()) GTEST_SKIP() << "no t2va case could be compared: " << skipped;
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     const nlohmann::json& meta = c.entry["meta"];
@@ -81,8 +104,8 @@ TEST(E2eT2vaGolden, EveryStepAndDecodedOutputs) {
 
     pipeline::GenerateInjection inj;
     inj.prompt_embeds = f->tensor("prompt_embeds");
-    inj.video_noise = f->tensor("draw0_video_noise");
-    inj.audio_noise_rows = f->tensor("draw1_audio_noise_rows");
+    inj.video_noise = f->tensor(draw_name(*f, "video_noise"));
+    inj.audio_noise_rows = f->tensor(draw_name(*f, "audio_noise_rows"));
     pipeline::GenerateOptions opt;
     opt.inject = &inj;
     int64_t steps_seen = 0;
@@ -128,8 +151,10 @@ TEST(E2eT2vaGolden, EveryStepAndDecodedOutputs) {
 // carried through the steps; the bounds are the same.
 TEST(E2eT2vaGolden, FullRunFromPrompt) {
   H3_GOLDEN_CASES_OR_SKIP(all, "e2e");
-  const std::vector<test::GoldenCase> cases = t2va_cases(all);
-  if (cases.empty()) GTEST_SKIP() << "no e2e case with workflow t2va";
+  if (test::e2e::cases_of(all, "t2va").empty()) GTEST_SKIP() << "no e2e case with workflow t2va";
+  std::string skipped;
+  const std::vector<test::GoldenCase> cases = runnable(all, /*injected=*/false, &skipped);
+  if (cases.empty()) GTEST_SKIP() << "no t2va case could be compared: " << skipped;
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     const nlohmann::json& meta = c.entry["meta"];

@@ -5,24 +5,30 @@
 // zero differing bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "io/repo.h"
 #include "media/image_io.h"
 #include "media/reference_media.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
 
-// Canvas settings of the checkpoint the e2e cases ran with (README: canvas_short_edge 64,
-// canvas_max_pixels 8192; the image reference short edge is 64 as well).
-pipeline::CanvasConfig tiny_canvas_config() {
+// Canvas settings of the checkpoint the e2e cases ran with: the pipeline configuration in its
+// index (the shared tiny checkpoint shrinks them to 64 / 8192 / 64), the release's where absent.
+pipeline::CanvasConfig checkpoint_canvas_config() {
+  const io::Repository repo = io::Repository::open(test::Golden::get()->checkpoint_dir());
+  const std::string file = repo.index_file();
   pipeline::CanvasConfig c;
-  c.short_edge = 64;
-  c.max_pixels = 8192;
-  c.reference_image_short_edge = 64;
+  c.short_edge = io::config_int_or(repo.pipeline_config(), "canvas_short_edge", file, c.short_edge);
+  c.max_pixels = io::config_int_or(repo.pipeline_config(), "canvas_max_pixels", file, c.max_pixels);
+  c.reference_image_short_edge = io::config_int_or(repo.pipeline_config(), "reference_image_short_edge",
+                                                   file, c.reference_image_short_edge);
   return c;
 }
 
@@ -55,19 +61,22 @@ int64_t meta_int(const nlohmann::json& meta, const char* key) {
 
 TEST(MediaGolden, ReferenceVideoFramesAndImages) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "e2e");
+  const pipeline::CanvasConfig canvas_config = checkpoint_canvas_config();
   int videos = 0, images = 0;
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     const nlohmann::json meta = c.entry.value("meta", nlohmann::json::object());
-    for (int k = 0; k < 16; ++k) {
+    // Every reference the case stores, in request order, whichever kind comes first.
+    for (int k = 0; k < test::reference_count(*f); ++k) {
       const std::string pre = "input_reference_" + std::to_string(k) + "_";
       const std::string out = "normalized_reference_" + std::to_string(k) + "_";
       if (f->has(pre + "video") && f->has(out + "frames")) {
         const int64_t num_frames = meta_int(meta, "num_frames");
-        const double fps = f->tensor(pre + "fps").to_f64_vector().at(0);
+        // A video stored without its rate is at 24 fps (as the e2e requests take it).
+        const double fps = f->has(pre + "fps") ? f->tensor(pre + "fps").to_f64_vector().at(0) : 24.0;
         const auto frames = media::frames_from_tensor(f->tensor(pre + "video"), pre + "video");
         const media::NormalizedVideo v =
-            media::normalize_reference_video(frames, fps, num_frames, tiny_canvas_config());
+            media::normalize_reference_video(frames, fps, num_frames, canvas_config);
         std::printf("  %s: reference %d, %zu frames at %.3f fps -> %zu frames on %lldx%lld\n",
                     c.file.c_str(), k, frames.size(), fps, v.frames.size(),
                     static_cast<long long>(v.canvas.height), static_cast<long long>(v.canvas.width));
@@ -86,15 +95,17 @@ TEST(MediaGolden, ReferenceVideoFramesAndImages) {
             EXPECT_EQ(v.canvas.width, vr["normalized_hw"][1].get<int64_t>());
           }
         }
-        // README: 13 frames are cut to 17n+5 with n = max(1, (13-5)//17) = 1, i.e. all 13 kept.
-        EXPECT_EQ(media::reference_frames_for_encoding(static_cast<int64_t>(v.frames.size())),
-                  std::min<int64_t>(static_cast<int64_t>(v.frames.size()), 22));
+        // README: the frames are cut to 17n+5 with n = max(1, (F-5)//17) before the VAE (13
+        // frames: n = 1, all 13 kept and padded inside encode).
+        const int64_t nf = static_cast<int64_t>(v.frames.size());
+        const int64_t n17 = std::max<int64_t>(1, (nf - 5) / 17);
+        EXPECT_EQ(media::reference_frames_for_encoding(nf), std::min<int64_t>(nf, 17 * n17 + 5));
         ++videos;
       }
       if (f->has(pre + "image") && f->has(out + "image")) {
         const media::RgbImage img = media::image_from_tensor(f->tensor(pre + "image"), pre + "image");
         const media::RgbImage got =
-            media::normalize_reference_image(img, tiny_canvas_config().reference_image_short_edge);
+            media::normalize_reference_image(img, canvas_config.reference_image_short_edge);
         expect_bytes_equal(c.file + ":" + out + "image", media::image_to_tensor(got),
                            f->tensor(out + "image"));
         ++images;

@@ -14,6 +14,7 @@
 #include "pipeline/packing.h"
 #include "pipeline/scheduler.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -88,19 +89,32 @@ TEST(GoldenSchedulers, GridsStepsAndScaleNoise) {
 // step k-1's stored output), so a mismatch points at one step.
 TEST(GoldenSchedulers, EndToEndSchedulesAndStepUpdates) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "e2e");
+  int ran = 0;
   for (const test::GoldenCase& c : cases) {
     SCOPED_TRACE(c.file);
     const auto f = c.open();
     const int64_t points = c.entry.at("meta").at("num_inference_steps").get<int64_t>();
     const pipeline::DualSchedule sched = pipeline::make_dual_schedule(points);
-    expect_bits(c.file + " video_sigmas", f32_tensor(sched.video.sigmas()),
-                f->tensor("video_sigmas"));
-    expect_bits(c.file + " video_timesteps", f32_tensor(sched.video.timesteps()),
-                f->tensor("video_timesteps"));
-    expect_bits(c.file + " audio_sigmas", f32_tensor(sched.audio.sigmas()),
-                f->tensor("audio_sigmas"));
-    expect_bits(c.file + " audio_timesteps", f32_tensor(sched.audio.timesteps()),
-                f->tensor("audio_timesteps"));
+    int tables = 0;
+    for (const auto& [name, values] :
+         {std::pair<const char*, std::vector<float>>{"video_sigmas", sched.video.sigmas()},
+          {"video_timesteps", sched.video.timesteps()},
+          {"audio_sigmas", sched.audio.sigmas()},
+          {"audio_timesteps", sched.audio.timesteps()}}) {
+      if (!f->has(name)) continue;
+      expect_bits(c.file + " " + name, f32_tensor(values), f->tensor(name));
+      ++tables;
+    }
+    ran += tables > 0;
+    if (const std::string missing = test::missing_tensors(
+            *f, {"num_condition_video_rows", "num_condition_audio_rows", "step00_video_rows_in",
+                 "step00_audio_rows_in", "step00_noise_pred", "step00_audio_noise_pred"});
+        !missing.empty()) {
+      std::printf("  %s: %d schedule table(s); step updates skipped (lacks %s)\n", c.file.c_str(), tables,
+                  missing.c_str());
+      continue;
+    }
+    ran += tables == 0;
 
     const int64_t ncv = f->tensor("num_condition_video_rows").to_i64_vector().at(0);
     const int64_t nca = f->tensor("num_condition_audio_rows").to_i64_vector().at(0);
@@ -109,7 +123,10 @@ TEST(GoldenSchedulers, EndToEndSchedulesAndStepUpdates) {
     int checked = 0;
     for (int64_t k = 0; k < sched.num_steps(); ++k) {
       const std::string prefix = step_prefix(k);
-      if (!f->has(prefix + "video_rows_out")) break;
+      if (!test::missing_tensors(*f, {prefix + "video_rows_out", prefix + "audio_rows_out",
+                                      prefix + "noise_pred", prefix + "audio_noise_pred"})
+               .empty())
+        break;
       // Only generated rows are written; condition rows keep their values.
       const Tensor v_pred = f->tensor(prefix + "noise_pred").select(0, 0);
       const Tensor a_pred = f->tensor(prefix + "audio_noise_pred").select(0, 0);
@@ -129,8 +146,19 @@ TEST(GoldenSchedulers, EndToEndSchedulesAndStepUpdates) {
       audio_in = f->tensor(prefix + "audio_rows_out");
       ++checked;
     }
-    EXPECT_EQ(checked, sched.num_steps()) << c.file << ": step updates found";
+    // Every stored step must be one of ours (a folder may store fewer than the schedule has).
+    int stored = 0;
+    static const std::regex out_re(R"(^(step[0-9]+_)video_rows_out$)");
+    for (const io::TensorInfo& t : f->tensors()) {
+      std::smatch m;
+      if (!std::regex_match(t.name, m, out_re)) continue;
+      const std::string p = m[1];
+      stored += test::missing_tensors(*f, {p + "audio_rows_out", p + "noise_pred", p + "audio_noise_pred"}).empty();
+    }
+    EXPECT_EQ(checked, stored) << c.file << ": stored steps beyond the schedule's " << sched.num_steps();
+    std::printf("  %s: %d of %d stored step update(s) checked\n", c.file.c_str(), checked, stored);
   }
+  if (ran == 0) GTEST_SKIP() << "no e2e case stores its schedules or step rows";
 }
 
 }  // namespace

@@ -93,12 +93,24 @@ void expect_bits_equal(const std::string& name, const Tensor& got, const Tensor&
   if (var.empty()) GTEST_SKIP() << "golden folder has no case of kind '" << (kind) << "'";    \
   std::printf("[golden] kind '%s': %zu case(s)\n", std::string(kind).c_str(), var.size())
 
-// Fetches the VSA manifest into `var`; when it is missing, fails under H3_REQUIRE_GOLDEN=1 and
-// otherwise skips with the reason.
-#define H3_VSA_MANIFEST_OR_SKIP(var)                         \
-  std::string var##_why;                                     \
-  const nlohmann::json* var = ::h3::test::vsa_manifest(&var##_why); \
-  if (!var) {                                                \
-    if (::h3::test::golden_required()) FAIL() << var##_why;  \
-    GTEST_SKIP() << var##_why;                               \
+// Fetches the VSA manifest into `var`. The vsa/ subfolder is an optional part of a golden folder
+// (another folder of the same format may lack it): without it the test skips with the reason; it
+// fails only under H3_REQUIRE_GOLDEN=1 when the golden folder itself is missing.
+#define H3_VSA_MANIFEST_OR_SKIP(var)                                                    \
+  std::string var##_why;                                                                \
+  const nlohmann::json* var = ::h3::test::vsa_manifest(&var##_why);                     \
+  if (!var) {                                                                           \
+    if (::h3::test::golden_required() && !::h3::test::Golden::get()) FAIL() << var##_why; \
+    GTEST_SKIP() << var##_why;                                                          \
+  }
+
+// Fetches the golden folder into `var` (for tests that need its checkpoint, not its cases): fails
+// under H3_REQUIRE_GOLDEN=1 when it is missing, otherwise skips with a message.
+#define H3_GOLDEN_FOLDER_OR_SKIP(var)                                                          \
+  const ::h3::test::Golden* var = ::h3::test::Golden::get();                                  \
+  if (!var) {                                                                                  \
+    if (::h3::test::golden_required()) {                                                       \
+      FAIL() << "golden folder missing: " << ::h3::test::golden_dir() << " (H3_REQUIRE_GOLDEN=1)"; \
+    }                                                                                          \
+    GTEST_SKIP() << "golden folder not found at " << ::h3::test::golden_dir() << " (set H3_GOLDEN_DIR)"; \
   }

@@ -1,0 +1,111 @@
+// See golden_checks.h.
+#include "support/golden_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace h3::test {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Reads a JSON file; null when absent or unreadable.
+json read_json_or_null(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) return nullptr;
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? json(nullptr) : j;
+}
+
+bool same_value(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::fabs(x - y) <= 1e-12 * std::max(std::fabs(x), std::fabs(y));
+  }
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!same_value(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+
+// Every key of the recorded section that the checkpoint config also has must agree.
+bool compare_section(const json& recorded, const json& config, const std::string& label, std::string* why) {
+  if (!recorded.is_object() || !config.is_object()) return true;
+  for (const auto& [key, value] : recorded.items()) {
+    if (!config.contains(key)) continue;
+    if (!same_value(value, config[key])) {
+      *why = label + "." + key + " is " + config[key].dump() + " in the checkpoint, " + value.dump() +
+             " in generation_info.json (the configuration the stored outputs were made with)";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool golden_outputs_match_checkpoint(const std::string& component, std::string* why) {
+  const Golden* g = Golden::get();
+  if (!g) return true;
+  const json info = read_json_or_null(fs::path(g->dir()) / "generation_info.json");
+  if (!info.is_object() || !info.contains("config") || !info["config"].is_object()) return true;
+  const json& rec = info["config"];
+  const json cfg = read_json_or_null(fs::path(g->checkpoint_dir()) / component / "config.json");
+  if (cfg.is_null()) return true;  // no config to compare: the model loader reports what is missing
+  const std::string label = component + "/config.json";
+  if (component == "transformer" || component == "transformer_ref") {
+    return !rec.contains("dit") || compare_section(rec["dit"], cfg, label, why);
+  }
+  if (component == "text_encoder") {
+    const bool text = !rec.contains("te_text") || !cfg.contains("text_config") ||
+                      compare_section(rec["te_text"], cfg["text_config"], label + " text_config", why);
+    return text && (!rec.contains("te_vision") || !cfg.contains("vision_config") ||
+                    compare_section(rec["te_vision"], cfg["vision_config"], label + " vision_config", why));
+  }
+  if (component == "vae") return !rec.contains("vae") || compare_section(rec["vae"], cfg, label, why);
+  if (component == "audio_vae") return !rec.contains("avae") || compare_section(rec["avae"], cfg, label, why);
+  return true;
+}
+
+bool golden_outputs_match_checkpoint(const std::vector<std::string>& components, std::string* why) {
+  for (const std::string& c : components)
+    if (!golden_outputs_match_checkpoint(c, why)) return false;
+  return true;
+}
+
+std::string missing_tensors(const io::SafetensorsFile& f, const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (f.has(n)) continue;
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+int reference_count(const io::SafetensorsFile& f) {
+  int count = 0;
+  for (const io::TensorInfo& t : f.tensors()) {
+    for (const std::string prefix : {"input_reference_", "normalized_reference_"}) {
+      if (t.name.rfind(prefix, 0) != 0) continue;
+      const std::string rest = t.name.substr(prefix.size());
+      const size_t us = rest.find('_');
+      if (us == 0 || us == std::string::npos) continue;
+      bool digits = true;
+      for (size_t i = 0; i < us; ++i) digits = digits && rest[i] >= '0' && rest[i] <= '9';
+      if (digits) count = std::max(count, std::stoi(rest.substr(0, us)) + 1);
+    }
+  }
+  return count;
+}
+
+}  // namespace h3::test
