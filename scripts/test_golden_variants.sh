@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the golden tier against variants of the golden folder, written to a temporary folder by
+# tests/golden/make_variants.py: cases and references in another order, optional kinds and tensors
+# absent, the DiT trimmed to 2 blocks, a VSA top-k near tie. The tests must take everything from the
+# manifest: each variant has to pass, and what a variant lacks must be a visible skip.
+# Usage: scripts/test_golden_variants.sh [build-dir] [variant ...]   (after scripts/test.sh)
+#   H3_GOLDEN_DIR   the folder the variants are made from (default ../shared/golden)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build="${1:-build}"
+shift || true
+bin="$build/tests/h3_golden_tests"
+[[ -x "$bin" ]] || { echo "test_golden_variants.sh: $bin not built (run scripts/test.sh first)" >&2; exit 2; }
+src="${H3_GOLDEN_DIR:-$(pwd)/../shared/golden}"
+[[ -f "$src/manifest.json" ]] || { echo "test_golden_variants.sh: no golden folder at $src" >&2; exit 2; }
+
+out="$(mktemp -d "${TMPDIR:-/tmp}/h3-golden-variants.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
+start=$(date +%s)
+python3 tests/golden/make_variants.py "$src" "$out" "$@"
+
+# Each variant's tests in shards, one per core (a BLAS thread each); the log keeps every line.
+jobs=$(nproc)
+(( jobs > 4 )) && jobs=4
+failed=()
+for dir in "$out"/*/; do
+  name="$(basename "$dir")"
+  log="$out/$name.log"
+  pids=()
+  for (( i = 0; i < jobs; ++i )); do
+    OPENBLAS_NUM_THREADS=1 H3_GOLDEN_DIR="$dir" H3_REQUIRE_GOLDEN=1 GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i \
+      "$bin" --gtest_color=no > "$log.$i" 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  cat "$log".* > "$log"
+  passed=$(grep -c '^\[       OK \]' "$log" || true)
+  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z].*(' "$log" || true)
+  nfailed=$(grep -c '^\[  FAILED  \] [A-Za-z].*(' "$log" || true)
+  echo "== variant $name: $passed passed, $skipped skipped, $nfailed failed"
+  # The skips, each with its reason (the line before gtest's SKIPPED line holds the message).
+  grep -B1 '^\[  SKIPPED \] [A-Za-z].*(' "$log" | grep -v '^--$' | paste - - | \
+    sed -E 's/^(.*)\t\[  SKIPPED \] ([^ ]+).*/   skipped \2: \1/' | cut -c1-240 || true
+  if (( status != 0 )); then
+    failed+=("$name")
+    grep -E '^\[  FAILED  \] [A-Za-z].*\(|Failure|error:' "$log" | head -40 || true
+  fi
+done
+echo "test_golden_variants.sh: $(ls -d "$out"/*/ | wc -l) variant(s) in $(( $(date +%s) - start )) s"
+if (( ${#failed[@]} )); then
+  echo "test_golden_variants.sh: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
