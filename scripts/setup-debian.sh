@@ -11,6 +11,7 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
   libstb-dev libgtest-dev libbenchmark-dev clang ffmpeg
   libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
+  python3  # tests/golden/make_variants.py (standard library only)
 )
 if [[ "${1:-}" == "--browser" ]]; then
   packages+=(chromium)
