@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds h3 and its test binaries here for the GPU machine (sm_90a; no FFmpeg, no OpenBLAS; PCRE2
-# and utf8proc linked statically, since that machine lacks their shared libraries) and stages
+# Builds h3 and its test binaries here for the GPU machine (sm_90a; no FFmpeg, no OpenBLAS and no
+# HTTP server, whose libraries that machine lacks; PCRE2 and utf8proc linked statically, since that
+# machine lacks their shared libraries) and stages
 # them, with device_run.sh, in .device/ (git-ignored). Then, on the GPU machine:
 #   bash .device/device_run.sh
 # Environment: H3_DEVICE_BUILD_DIR (default build-device), H3_JOBS (default 2), H3_DEVICE_TARGETS.
@@ -16,7 +17,7 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3_CUDA=ON -DH3_FFMPEG=OFF \
-  -DH3_OPENBLAS=OFF -DH3_STATIC_DEPS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DH3_WERROR=ON \
+  -DH3_OPENBLAS=OFF -DH3_SERVE=OFF -DH3_STATIC_DEPS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DH3_WERROR=ON \
   "${launcher[@]}" >/dev/null
 
 # Only the test tiers that exist (a tier without sources has no target).

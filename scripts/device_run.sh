@@ -7,8 +7,9 @@
 #      gpu tests that use shared memory (when compute-sanitizer is installed).
 #   4. the model benchmarks (`h3 bench dit|vae|vsa`) and the load benchmark (`h3 bench load`);
 #   5. "e2e": `h3 bench e2e` on a released-shape repository (sparse files, random weights filled
-#      on the device) at 1344x768x124: FastH3 with gates, a first and a warm generation; the dense
-#      preset for seconds per forward; `h3 bench dit` at the same rows for the loop's overhead.
+#      on the device) at 1344x768x124: FastH3 with gates, a first and a warm generation (once per
+#      entry of H3_E2E_ENVS, e.g. "none H3_CUDA_GRAPHS=0"); the dense preset for seconds per
+#      forward; `h3 bench dit` at the same rows for the loop's overhead.
 #   6. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
 #      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
 #      fine kernel.
@@ -84,12 +85,14 @@ fi
 if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
   model=${H3_E2E_MODEL:-/tmp/h3-released-fasth3}
   [ -d "$model" ] || "$bin/h3" make-tiny --released-shapes --fasth3 "$model" >"$out/make_released.log" 2>&1
-  # The first generation's loads from the page cache: the conditioner and the DiT (113 GB of the
-  # 130 GB; all of it does not fit this host's 128 GB) are read once beforehand. Holes of a sparse
-  # file that were never read cost a page allocation each, which is not what a cached read costs.
+  # The first generation's loads from the page cache: every component's files are read once
+  # beforehand, the two VAEs last (all 130 GB does not fit this host's 128 GB, and the most
+  # recently read pages are the last evicted). Holes of a sparse file that were never read cost a
+  # page allocation each, which is not what a cached read costs.
   if [ "${H3_E2E_PRELOAD:-1}" = 1 ]; then
     start=$SECONDS
-    cat "$model"/text_encoder/*.safetensors "$model"/transformer/*.safetensors >/dev/null
+    cat "$model"/text_encoder/*.safetensors "$model"/transformer/*.safetensors \
+      "$model"/vae/*.safetensors "$model"/audio_vae/*.safetensors >/dev/null
     note "page cache: conditioner + transformer read in $((SECONDS - start)) s"
   fi
   for e in ${H3_E2E_ENVS:-none}; do
@@ -113,6 +116,10 @@ for g in runs:
         g["plan"]["decision"]))
     print("         planned stage peaks GiB: %s" % {k: round(v / 2**30, 2) for k, v in g["plan"]["stage_peaks"].items()})
     print("         load GB/s: %s" % {k: round(v, 1) for k, v in g["load_gb_per_s"].items()})
+    print("         steps ms: %s, set-up %.1f ms" % ([round(x, 1) for x in g.get("denoise_step_ms", [])], g.get("denoise_setup_ms", 0.0)))
+    cg = g.get("cuda_graphs", {})
+    print("         CUDA graphs: %s, %s captured in %.1f ms, %s replays" % (
+        cg.get("state"), cg.get("captures"), cg.get("capture_ms", 0.0), cg.get("replays")))
 PY
   done
   rows=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['packed_rows'])" "$out/e2e_fasth3_none.json" 2>/dev/null || echo 0)

@@ -109,6 +109,7 @@ struct StageTimes {
   uint64_t loaded_bytes = 0;
   std::map<std::string, double> load_gbps;
   double denoise_ms = 0;
+  std::vector<double> step_ms;  // each DiT forward of the loop, in order (inside denoise_ms)
 };
 
 StageTimes stage_times(const std::vector<h3::Receipt::Entry>& es) {
@@ -132,6 +133,13 @@ StageTimes stage_times(const std::vector<h3::Receipt::Entry>& es) {
     if (e.parent != 0 && !load) continue;
     st.ms.emplace_back(e.name, load ? e.wall_ms : e.wall_ms - nested_loads[i]);
     if (e.name == "denoise") st.denoise_ms = e.wall_ms;
+  }
+  for (size_t i = 1; i < es.size(); ++i) {
+    const h3::Receipt::Entry& e = es[i];
+    if (e.parent > 0 && es[static_cast<size_t>(e.parent)].name == "denoise" &&
+        e.name.rfind("step ", 0) == 0) {
+      st.step_ms.push_back(e.wall_ms);
+    }
   }
   return st;
 }
@@ -238,11 +246,23 @@ int run_bench_e2e(const std::vector<std::string>& args) {
     }
     g["stage_peak_device_bytes"] = stage_peaks;
     g["ms_per_block"] = ms_per_block;
+    // Where the loop's time goes beyond the forwards: the per-generation set-up inside
+    // "denoise" (text refiner, RoPE tables, VSA tiling) is denoise minus the steps.
+    g["denoise_step_ms"] = st.step_ms;
+    double steps_total = 0;
+    for (double ms : st.step_ms) steps_total += ms;
+    g["denoise_setup_ms"] = st.denoise_ms - steps_total;
     g["dit_blocks"] = blocks;
     g["dit_forwards"] = forwards;
     g["packed_rows"] = values.value("packed_rows", int64_t{0});
     g["device"] = dev.str();
     g["attention"] = values.value("attention", std::string());
+    nlohmann::json graphs;
+    graphs["state"] = values.value("cuda_graphs", std::string());
+    graphs["captures"] = values.value("cuda_graph_captures", int64_t{0});
+    graphs["replays"] = values.value("cuda_graph_replays", int64_t{0});
+    graphs["capture_ms"] = values.value("cuda_graph_capture_ms", 0.0);
+    g["cuda_graphs"] = graphs;
     g["preset"] = settings.preset;
     g["settings"] = settings.describe();
     g["random_weights"] = random;
@@ -280,6 +300,14 @@ int run_bench_e2e(const std::vector<std::string>& args) {
       std::printf("  loaded %.2f GB; denoise %lld forwards x %lld blocks: %.2f ms per block\n",
                   static_cast<double>(st.loaded_bytes) / 1e9, static_cast<long long>(forwards),
                   static_cast<long long>(blocks), ms_per_block);
+      std::printf("  denoise steps ms:");
+      for (double ms : st.step_ms) std::printf(" %.1f", ms);
+      std::printf(" (set-up %.1f)\n", g["denoise_setup_ms"].get<double>());
+      std::printf("  CUDA graphs: %s (%lld captured in %.1f ms, %lld replays)\n",
+                  graphs["state"].get<std::string>().c_str(),
+                  static_cast<long long>(graphs["captures"].get<int64_t>()),
+                  graphs["capture_ms"].get<double>(),
+                  static_cast<long long>(graphs["replays"].get<int64_t>()));
       if (dev.is_cuda()) {
         std::printf("  peak device memory %s (pool high-water mark)", gib(static_cast<double>(peak)).c_str());
         for (auto it = stage_peaks.begin(); it != stage_peaks.end(); ++it)

@@ -61,5 +61,8 @@ void cuda_host_free(void* ptr) noexcept;
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 // Synchronous copy (used by Tensor::to; streamed loads use core/cuda_stream.h).
 void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+// Zeroes device memory in stream order on this thread's current stream (core/cuda_graph.h), so
+// that it can be part of a captured CUDA graph.
+void cuda_zero(void* dst, size_t bytes);
 
 }  // namespace h3

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/cuda_graph.h"
 #include "core/device.h"
 #include "core/status.h"
 
@@ -55,6 +56,13 @@ cudaMemPool_t pool_of(int device) {
   return pools[device];
 }
 
+// Allocations, frees and fills follow this thread's current stream: the legacy default stream,
+// or a CUDA graph's capture stream while one records (core/cuda_graph.h).
+cudaStream_t work_stream() {
+  void* s = current_cuda_stream();
+  return s ? static_cast<cudaStream_t>(s) : cudaStreamLegacy;
+}
+
 uint64_t pool_unused_bytes(int device) {
   if (!use_pool()) return 0;
   cudaMemPool_t p = pool_of(device);
@@ -77,12 +85,12 @@ void* cuda_malloc(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   cudaError_t err = cudaSuccess;
   if (use_pool() && pool_of(device)) {
-    err = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+    err = cudaMallocAsync(&p, bytes, work_stream());
     if (err != cudaSuccess) {
       // The pool may hold free blocks too fragmented for this size: give them back and retry.
       cudaGetLastError();
       cuda_release_cached(device);
-      err = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+      err = cudaMallocAsync(&p, bytes, work_stream());
     }
   } else {
     err = cudaMalloc(&p, bytes);
@@ -101,7 +109,7 @@ void cuda_free(void* ptr, int device) noexcept {
   if (!ptr) return;
   cudaSetDevice(device);
   if (use_pool() && pool_of(device)) {
-    cudaFreeAsync(ptr, cudaStreamLegacy);
+    cudaFreeAsync(ptr, work_stream());
   } else {
     cudaFree(ptr);
   }
@@ -135,16 +143,24 @@ uint64_t cuda_pool_peak_bytes(int device) {
     cudaGetLastError();
     return 0;
   }
-  return high;
+  // CUDA graphs allocate from their own pool (core/cuda_graph.h); both count. The sum bounds the
+  // true peak from above: the two high-water marks need not fall at the same moment.
+  uint64_t graph_high = 0;
+  if (cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_high) != cudaSuccess) {
+    cudaGetLastError();
+    graph_high = 0;
+  }
+  return high + graph_high;
 }
 
 void cuda_pool_reset_peak(int device) {
   if (!use_pool() || device < 0 || device >= kMaxDevices) return;
   cudaMemPool_t p = pool_of(device);
   if (!p) return;
-  // The only value the attribute accepts is 0, which resets it to the current use.
+  // The only value the attributes accept is 0, which resets them to the current use.
   uint64_t zero = 0;
   cudaMemPoolSetAttribute(p, cudaMemPoolAttrUsedMemHigh, &zero);
+  cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &zero);
   cudaGetLastError();
 }
 
@@ -173,6 +189,13 @@ void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
                                                              : cudaMemcpyDeviceToDevice;
   const cudaError_t err = cudaMemcpy(dst, src, bytes, k);
   H3_CHECK(err == cudaSuccess, ErrorCode::kInternal, "cudaMemcpy of ", bytes,
+           " bytes failed: ", cudaGetErrorString(err));
+}
+
+void cuda_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMemsetAsync(dst, 0, bytes, work_stream());
+  H3_CHECK(err == cudaSuccess, ErrorCode::kInternal, "cudaMemsetAsync of ", bytes,
            " bytes failed: ", cudaGetErrorString(err));
 }
 

@@ -19,5 +19,6 @@ void cuda_pool_reset_peak(int) {}
 void* cuda_host_alloc(size_t) { no_cuda(); }
 void cuda_host_free(void*) noexcept {}
 void cuda_copy(void*, const void*, size_t, CopyKind) { no_cuda(); }
+void cuda_zero(void*, size_t) { no_cuda(); }
 
 }  // namespace h3

@@ -99,8 +99,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   if (device.is_cpu()) {
     if (t.nbytes()) std::memset(t.raw(), 0, t.nbytes());
   } else {
-    std::vector<uint8_t> z(t.nbytes(), 0);
-    cuda_copy(t.raw(), z.data(), z.size(), CopyKind::kHostToDevice);
+    cuda_zero(t.raw(), t.nbytes());
   }
   return t;
 }

@@ -490,6 +490,15 @@ Tensor copy(const Tensor& x) {
   return cpu::copy(x);
 }
 
+void copy_into(Tensor& dst, const Tensor& src) {
+  const Device dev = check_devices("copy_into", {{"dst", &dst}, {"src", &src}});
+  H3_CHECK(dst.is_contiguous() && dst.shape() == src.shape() && dst.dtype() == src.dtype(),
+           ErrorCode::kInvalidArgument, "ops::copy_into: dst ", dst.desc(),
+           " must be contiguous with the shape and dtype of src ", src.desc());
+  if (dev.is_cuda()) return cuda::copy_into(dst, src);
+  cpu::copy_into(dst, src);
+}
+
 // The fused ops (rms_norm_modulate, qk_norm_rope) dispatch in ops/cpu/fused.cpp.
 
 }  // namespace h3::ops

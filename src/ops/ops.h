@@ -157,6 +157,9 @@ void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
 Tensor concat(const std::vector<Tensor>& parts, int dim);
 // Contiguous copy of any view (any device).
 Tensor copy(const Tensor& x);
+// Writes src (any view) into the existing contiguous dst of the same shape and dtype on the same
+// device, in stream order: how a captured CUDA graph hands its results to buffers that outlive it.
+void copy_into(Tensor& dst, const Tensor& src);
 
 // ---- fused ops --------------------------------------------------------------------------------------
 // Each equals a composition of the ops above (the CPU computes exactly that composition). On CUDA

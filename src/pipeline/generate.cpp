@@ -12,6 +12,7 @@
 #include "media/qwen_processor.h"
 #include "media/reference_media.h"
 #include "models/audio_vae/audio_vae_model.h"
+#include "models/h3_dit/dit_graph.h"
 #include "models/h3_dit/dit_model.h"
 #include "models/qwen3_vl/qwen3_vl_model.h"
 #include "models/video_vae/video_vae_model.h"
@@ -599,6 +600,7 @@ void Generation::denoise() {
         model.make_layout(g.layout.position_ids, g.layout.token_tags, g.layout.video_indices,
                           g.layout.audio_indices, g.layout.text_indices);
     const int64_t steps = sched.num_steps();
+    dit::DitStepRunner runner(model, text, dl);
     rc.set("dit_blocks", model.config().num_layers);
     rc.set("dit_forwards", steps);
     rc.set("packed_rows", g.layout.token_tags.numel());
@@ -612,7 +614,7 @@ void Generation::denoise() {
       // host rows and plans and moves them to its device itself.
       const RowTimesteps plan = plan_step_timesteps(g.layout, vt, at);
       const dit::DitOutputs out =
-          model.forward(text, dl, video_rows, audio_rows, plan.unique, plan.indices, nullptr, i);
+          runner.forward(video_rows, audio_rows, plan.unique, plan.indices, i);
       const Tensor v =
           out.video.to(Device::cpu()).to(DType::kF32).reshape({video_rows.size(0), -1});
       const Tensor a =
@@ -640,6 +642,10 @@ void Generation::denoise() {
       if (g.options.on_step) g.options.on_step(i, video_rows, audio_rows, v);
       g.progress("denoise", i + 1, steps);
     }
+    rc.set("cuda_graphs", runner.graphs_state());
+    rc.set("cuda_graph_captures", runner.captures());
+    rc.set("cuda_graph_replays", runner.replays());
+    rc.set("cuda_graph_capture_ms", runner.capture_ms());
   }
   result.latents = unpatchify_video(video_rows.slice(0, ncv, video_rows.size(0)).contiguous(),
                                     kLatentChannels, g.grid);

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "models/h3_dit/dit_graph.h"
 #include "models/h3_dit/dit_model.h"
 #include "support/golden.h"
 #include "support/golden_checks.h"
@@ -193,6 +195,32 @@ void run_bf16(dit::DitRounding rounding, const char* label) {
 TEST(DitGolden, Bf16EmulationFloor) { run_bf16(dit::DitRounding::kEager, "bf16-eager"); }
 
 TEST(DitGolden, Bf16FusedRounding) { run_bf16(dit::DitRounding::kFused, "bf16-fused"); }
+
+// The step runner of the denoising loop (dit_graph.h) on the CPU: no graphs, and exactly
+// DitModel::forward (the CUDA side, where it replays graphs, is tests/gpu/test_cuda_graph_gpu.cpp).
+TEST(DitGolden, StepRunnerOnCpuIsTheForward) {
+  H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
+  const CaseData d = read_case(cases.front());
+  const dit::DitModel& m =
+      model_for(partition_of(cases.front()), dit::DitPrecision::kF32, dit::DitRounding::kEager);
+  const dit::DitTextContext text = m.encode_text(d.in.encoder_hidden_states);
+  const dit::DitLayout layout = m.make_layout(d.in.position_ids, d.in.token_tags, d.in.video_indices,
+                                              d.in.audio_indices, d.in.text_indices);
+  dit::DitStepRunner runner(m, text, layout);
+  EXPECT_EQ(runner.graphs_state(), "off: the DiT runs on the CPU");
+  for (int k = 0; k < 2; ++k) {
+    const dit::DitOutputs a = runner.forward(d.in.hidden_states, d.in.audio_hidden_states,
+                                             d.in.timestep, d.in.timestep_indices, k);
+    const dit::DitOutputs b = m.forward(text, layout, d.in.hidden_states, d.in.audio_hidden_states,
+                                        d.in.timestep, d.in.timestep_indices, nullptr, k);
+    ASSERT_EQ(a.video.nbytes(), b.video.nbytes());
+    EXPECT_EQ(std::memcmp(a.video.raw(), b.video.raw(), a.video.nbytes()), 0);
+    ASSERT_EQ(a.audio.nbytes(), b.audio.nbytes());
+    EXPECT_EQ(std::memcmp(a.audio.raw(), b.audio.raw(), a.audio.nbytes()), 0);
+  }
+  EXPECT_EQ(runner.captures(), 0);
+  EXPECT_EQ(runner.replays(), 0);
+}
 
 }  // namespace
 }  // namespace h3

@@ -9,13 +9,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
 #include "io/safetensors.h"
+#include "models/h3_dit/dit_graph.h"
 #include "models/h3_dit/dit_model.h"
+#include "ops/ops.h"
 #include "ops/vsa.h"
 #include "support/golden.h"
 
@@ -241,6 +244,55 @@ TEST(GpuVsaGolden, FastH3DitOnCuda) {
     }
   }
   EXPECT_GE(runs, 1);
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+}
+
+// The FastH3 DiT's step loop as CUDA graphs (models/h3_dit/dit_graph.h): the VSA path (tile
+// reordering, scores, top-k, the fine kernel) recorded and replayed gives the eager forward's
+// bits at every step, with different latents per step.
+TEST(GpuVsaGolden, DitStepGraphsEqualEager) {
+  H3_REQUIRE_CUDA();
+  H3_VSA_MANIFEST_OR_SKIP(manifest);
+  ASSERT_TRUE((*manifest)["cases"].contains("dit")) << "VSA manifest has no cases.dit";
+  const json& c = (*manifest)["cases"]["dit"][0];
+  const auto file = io::SafetensorsFile::open(vsa_path(c["file"].get<std::string>()));
+  const dit::DitInputs in = read_inputs(*file);
+  dit::DitOptions opt;
+  opt.device = Device::cuda(0);
+  opt.precision = dit::DitPrecision::kBF16;
+  opt.rounding = dit::DitRounding::kFused;
+  opt.attention = dit::DitAttentionBackend::kVsa;
+  opt.vsa.sparsity = 0.5;
+  opt.vsa.dense_first_steps = 1;  // step 0 dense, the rest sparse: two shapes of graph keys
+  const dit::DitModel model = dit::DitModel::load(vsa_path(c["checkpoint"].get<std::string>()), opt);
+  const dit::DitTextContext text = model.encode_text(in.encoder_hidden_states);
+  const dit::DitLayout layout = model.make_layout(in.position_ids, in.token_tags, in.video_indices,
+                                                  in.audio_indices, in.text_indices);
+  constexpr int kSteps = 5;
+  std::vector<Tensor> video(kSteps);
+  std::vector<dit::DitOutputs> eager(kSteps), graphed;
+  for (int k = 0; k < kSteps; ++k) {
+    video[k] = ops::scale(in.hidden_states.to(DType::kF32), 1.0f + 0.2f * static_cast<float>(k));
+    eager[k] = model.forward(text, layout, video[k], in.audio_hidden_states, in.timestep,
+                             in.timestep_indices, nullptr, k);
+  }
+  dit::DitStepRunner runner(model, text, layout);
+  ASSERT_EQ(runner.graphs_state(), "on");
+  for (int k = 0; k < kSteps; ++k) {
+    graphed.push_back(runner.forward(video[k], in.audio_hidden_states, in.timestep, in.timestep_indices, k));
+  }
+  // Step 0 (dense) runs eagerly; step 1 captures the sparse shape; steps 1-4 replay it.
+  EXPECT_EQ(runner.captures(), 1);
+  EXPECT_EQ(runner.replays(), kSteps - 1);
+  for (int k = 0; k < kSteps; ++k) {
+    EXPECT_TRUE(same_bytes(graphed[k].video, eager[k].video)) << "video, step " << k;
+    EXPECT_TRUE(same_bytes(graphed[k].audio, eager[k].audio)) << "audio, step " << k;
+  }
 }
 
 }  // namespace

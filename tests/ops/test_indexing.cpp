@@ -126,6 +126,26 @@ void add_copy(const Shape& shape, std::vector<int> perm, DType t) {
   register_case(std::move(c));
 }
 
+// copy_into: the same byte moves into a buffer that exists before the call.
+void add_copy_into(const Shape& shape, std::vector<int> perm, DType t) {
+  OpCase c;
+  c.op = "copy_into";
+  std::string ps;
+  for (int p : perm) ps += std::to_string(p);
+  c.name = "copy_into_" + dtype_tag(t) + "_" + shape_tag(shape) + "_perm" + ps;
+  c.dtype = t;
+  exact(c);
+  c.make_inputs = [=](Rng& r) { return std::vector<Tensor>{r.normal_tensor(shape, t)}; };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const Tensor src = in[0].permute(perm);
+    Tensor dst = Tensor::empty(src.shape(), t, src.device());
+    h3::ops::copy_into(dst, src);
+    return dst;
+  };
+  c.reference = [=](const std::vector<Tensor>& in) { return f64(in[0].permute(perm).contiguous()); };
+  register_case(std::move(c));
+}
+
 void add_cases() {
   for (DType t : {DType::kF32, DType::kBF16}) {
     add_gather({17, 24}, 9, t, false);
@@ -136,6 +156,8 @@ void add_cases() {
     add_concat({{2, 3, 4}, {2, 3, 7}}, -1, t);
     add_copy({4, 5, 6}, {2, 0, 1}, t);
     add_copy({3, 8}, {1, 0}, t);
+    add_copy_into({4, 5, 6}, {0, 1, 2}, t);
+    add_copy_into({4, 5, 6}, {2, 0, 1}, t);
   }
   add_scatter({20, 96}, 7, DType::kBF16, DType::kF32);  // fp32 projections into the bf16 buffer
   add_gather({10, 4}, 6, DType::kI64, false);           // integer payloads (positions, tags)

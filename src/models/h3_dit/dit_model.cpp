@@ -446,10 +446,10 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   return x;
 }
 
-DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout,
-                             const Tensor& video_rows_in, const Tensor& audio_rows_in,
-                             const Tensor& timesteps_in, const Tensor& timestep_indices_in,
-                             DitTrace* trace, int64_t step_index) const {
+DitStepInputs DitModel::prepare_step(const DitTextContext& text, const DitLayout& layout,
+                                     const Tensor& video_rows_in, const Tensor& audio_rows_in,
+                                     const Tensor& timesteps_in,
+                                     const Tensor& timestep_indices_in) const {
   const DitConfig& c = config_;
   const int64_t s = layout.seq_len;
   const int64_t d = c.hidden_size;
@@ -488,14 +488,37 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
              "] = ", u, ": expected an index into the ", n_u, " timesteps");
     adaln_idx[static_cast<size_t>(r)] = u * 3 + layout.token_tags[static_cast<size_t>(r)];  // §2.7
   }
-  const Tensor adaln_rows = Tensor::from_i64(adaln_idx, {s}).to(dev);
-  const Tensor t_rows = Tensor::from_i64(ti, {s}).to(dev);
+  DitStepInputs in;
+  in.adaln_rows = Tensor::from_i64(adaln_idx, {s}).to(dev);
+  in.t_rows = Tensor::from_i64(ti, {s}).to(dev);
+  // §2.6: sinusoid of unscaled t (the float32 MLP runs on the device in run_step).
+  in.sinusoid = timestep_sinusoid(t_values, c.freq_dim).to(dev);
+  in.video_rows = video_rows.to(dev);
+  in.audio_rows = audio_rows.to(dev);
+  return in;
+}
 
-  // §2.6: sinusoid of unscaled t, float32 MLP.
-  const Tensor sinus = timestep_sinusoid(t_values, c.freq_dim).to(dev);
+DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout,
+                             const Tensor& video_rows, const Tensor& audio_rows,
+                             const Tensor& timesteps, const Tensor& timestep_indices,
+                             DitTrace* trace, int64_t step_index) const {
+  return run_step(text, layout,
+                  prepare_step(text, layout, video_rows, audio_rows, timesteps, timestep_indices),
+                  trace, step_index);
+}
+
+DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layout,
+                              const DitStepInputs& in, DitTrace* trace,
+                              int64_t step_index) const {
+  const DitConfig& c = config_;
+  const int64_t s = layout.seq_len;
+  const int64_t d = c.hidden_size;
+  const Device dev = options_.device;
+  const Tensor& adaln_rows = in.adaln_rows;
+  const Tensor& t_rows = in.t_rows;
   const Tensor temb = ops::linear(
-      ops::silu(ops::linear(sinus, weights_.time_1_w, &weights_.time_1_b)), weights_.time_2_w,
-      &weights_.time_2_b);
+      ops::silu(ops::linear(in.sinusoid, weights_.time_1_w, &weights_.time_1_b)),
+      weights_.time_2_w, &weights_.time_2_b);
   if (trace) trace->temb = temb;
   // §2.7 / §8 item 4: SiLU on the float32 temb, then one cast to the model dtype.
   const Tensor temb_act = ops::cast(ops::silu(temb), act_);
@@ -504,12 +527,12 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
   Tensor x = Tensor::empty({s, d}, act_, dev);
   ops::scatter_rows(x, layout.text_indices, text.embeds);
   if (layout.num_video_rows() > 0) {
-    const Tensor v32 = ops::cast(ops::copy(video_rows.to(dev)), DType::kF32);
+    const Tensor v32 = ops::cast(ops::copy(in.video_rows), DType::kF32);
     ops::scatter_rows(x, layout.video_indices,
                       ops::cast(ops::linear(v32, weights_.proj_in_w, &weights_.proj_in_b), act_));
   }
   if (layout.num_audio_rows() > 0) {
-    const Tensor a32 = ops::cast(ops::copy(audio_rows.to(dev)), DType::kF32);
+    const Tensor a32 = ops::cast(ops::copy(in.audio_rows), DType::kF32);
     ops::scatter_rows(
         x, layout.audio_indices,
         ops::cast(ops::linear(a32, weights_.audio_proj_in_w, &weights_.audio_proj_in_b), act_));

@@ -123,6 +123,16 @@ struct DitTrace {
   std::vector<ops::VsaTrace> vsa;  // per block, VSA backend only (scores, mask, ...)
 };
 
+// One step's inputs on the model's device, validated (DitModel::prepare_step): what run_step reads,
+// and what a CUDA graph of the step copies into its own buffers before each replay.
+struct DitStepInputs {
+  Tensor video_rows;  // [N_vrows, patch_dim] float
+  Tensor audio_rows;  // [N_arows, audio_in_channels] float
+  Tensor sinusoid;    // [N_u, freq_dim] float32: the timestep sinusoids (§2.6)
+  Tensor adaln_rows;  // [S] i64: u * 3 + tag, the AdaLN table row of each packed row (§2.7)
+  Tensor t_rows;      // [S] i64: u, the timestep of each packed row (final norm, §2.12)
+};
+
 // Everything of one forward in the reference's argument form (§2.1). A leading batch dimension of 1
 // is accepted on each tensor.
 struct DitInputs {
@@ -181,6 +191,15 @@ class DitModel {
                      const Tensor& audio_rows, const Tensor& timesteps,
                      const Tensor& timestep_indices, DitTrace* trace = nullptr,
                      int64_t step_index = 0) const;
+
+  // forward() in its two halves: the host half (validation, per-row tables, uploads) and the device
+  // half, which issues device work only (no host round trip), so a CUDA graph can record it
+  // (models/h3_dit/dit_graph.h).
+  DitStepInputs prepare_step(const DitTextContext& text, const DitLayout& layout,
+                             const Tensor& video_rows, const Tensor& audio_rows,
+                             const Tensor& timesteps, const Tensor& timestep_indices) const;
+  DitOutputs run_step(const DitTextContext& text, const DitLayout& layout, const DitStepInputs& in,
+                      DitTrace* trace = nullptr, int64_t step_index = 0) const;
 
   // encode_text + make_layout + forward in one call.
   DitOutputs forward(const DitInputs& in, DitTrace* trace = nullptr, int64_t step_index = 0) const;

@@ -92,5 +92,6 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx);
 void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
 Tensor concat(const std::vector<Tensor>& parts, int dim);
 Tensor copy(const Tensor& x);
+void copy_into(Tensor& dst, const Tensor& src);
 
 }  // namespace h3::ops::cpu

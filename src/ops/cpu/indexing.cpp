@@ -61,5 +61,6 @@ Tensor concat(const std::vector<Tensor>& parts, int dim) {
 }
 
 Tensor copy(const Tensor& x) { return x.clone(); }
+void copy_into(Tensor& dst, const Tensor& src) { dst.copy_from(src); }
 
 }  // namespace h3::ops::cpu

@@ -38,6 +38,7 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) { no_cuda("gather_rows");
 void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src) { no_cuda("scatter_rows"); }
 Tensor concat(const std::vector<Tensor>& parts, int dim) { no_cuda("concat"); }
 Tensor copy(const Tensor& x) { no_cuda("copy"); }
+void copy_into(Tensor&, const Tensor&) { no_cuda("copy_into"); }
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx) { no_cuda("rms_norm_modulate"); }
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim) { no_cuda("qk_norm_rope"); }
 AttentionPath attention_path(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) { no_cuda("attention"); }

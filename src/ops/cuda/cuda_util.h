@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "core/cuda_graph.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -17,9 +19,19 @@ void check_cuda(cudaError_t err, const char* what);
 // Checks for an error raised by the last kernel launch.
 void check_launch(const char* kernel);
 
-// The stream every op is issued on. The legacy default stream for now, so that Tensor's
-// synchronous copies are ordered with the kernels without extra synchronization.
-inline cudaStream_t current_stream() { return nullptr; }
+// The stream every op is issued on: the legacy default stream (null), so that Tensor's synchronous
+// copies are ordered with the kernels without extra synchronization, except while a CUDA graph
+// records on this thread (core/cuda_graph.h).
+inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(current_cuda_stream()); }
+
+// Runs `launch(bad)` for a kernel that sets *bad when a row index is out of range, then reports
+// that as kInvalidArgument naming the op. The check costs one 4-byte read-back per call (an index
+// outside the table would otherwise read out of bounds on the device, which no caller could
+// recover from); while a CUDA graph records, the kernel writes the capture's flag instead, which
+// the graph's owner reads after each replay.
+// `unit` names what `limit` counts in the message ("rows", "table rows").
+void run_index_checked(const char* op, int64_t limit, const char* unit, Device device,
+                       const std::function<void(int*)>& launch);
 
 // Makes t's device the current one (the ops may be called for any cuda:N).
 void set_device_of(const Tensor& t);

@@ -39,6 +39,23 @@ void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
            ": tensors on different devices (", a.desc(), " and ", b.desc(), ")");
 }
 
+void run_index_checked(const char* op, int64_t limit, const char* unit, Device device,
+                       const std::function<void(int*)>& launch) {
+  if (int* deferred = deferred_index_flag()) {
+    launch(deferred);
+    check_launch(op);
+    return;
+  }
+  Tensor flag = Tensor::zeros({1}, DType::kI32, device);
+  int* bad = static_cast<int*>(flag.raw());
+  launch(bad);
+  check_launch(op);
+  int host = 0;
+  H3_CUDA_CHECK(cudaMemcpy(&host, bad, sizeof(int), cudaMemcpyDeviceToHost));
+  H3_CHECK(host == 0, ErrorCode::kInvalidArgument, "ops::", op, ": an index is outside the ", limit,
+           " ", unit);
+}
+
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : copy(t); }
 
 Tensor as_dtype(const Tensor& t, DType dtype) {

@@ -229,19 +229,9 @@ IndexPtr index_ptr(const Tensor& idx, const char* op) {
   return p;
 }
 
-// Runs a row-indexed kernel with a device flag that reports an index out of range.
-// The check costs one 4-byte read-back per call; an index outside the table would otherwise read
-// out of bounds on the device, which no caller could recover from.
 template <typename Launch>
 void with_index_check(const char* op, int64_t tables, Device device, Launch&& launch) {
-  Tensor flag = Tensor::zeros({1}, DType::kI32, device);
-  int* bad = static_cast<int*>(flag.raw());
-  launch(bad);
-  check_launch(op);
-  int host = 0;
-  H3_CUDA_CHECK(cudaMemcpy(&host, bad, sizeof(int), cudaMemcpyDeviceToHost));
-  H3_CHECK(host == 0, ErrorCode::kInvalidArgument, "ops::", op, ": an index is outside the ",
-           tables, " table rows");
+  run_index_checked(op, tables, "table rows", device, launch);
 }
 
 }  // namespace

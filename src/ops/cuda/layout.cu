@@ -127,14 +127,7 @@ void dispatch_size(size_t bytes, const char* op, Fn&& fn) {
 
 template <typename Launch>
 void with_index_check(const char* op, int64_t limit, Device device, Launch&& launch) {
-  Tensor flag = Tensor::zeros({1}, DType::kI32, device);
-  int* bad = static_cast<int*>(flag.raw());
-  launch(bad);
-  check_launch(op);
-  int host = 0;
-  H3_CUDA_CHECK(cudaMemcpy(&host, bad, sizeof(int), cudaMemcpyDeviceToHost));
-  H3_CHECK(host == 0, ErrorCode::kInvalidArgument, "ops::", op, ": an index is outside the ", limit,
-           " rows");
+  run_index_checked(op, limit, "rows", device, launch);
 }
 
 IndexPtr index_ptr(const Tensor& idx, const char* op) {
@@ -195,6 +188,18 @@ Tensor copy(const Tensor& x) {
   }
   copy_strided(out, x);
   return out;
+}
+
+void copy_into(Tensor& dst, const Tensor& src) {
+  require_cuda(dst, "copy_into", "dst");
+  require_cuda(src, "copy_into", "src");
+  require_same_device(dst, src, "copy_into");
+  set_device_of(dst);
+  if (!src.is_contiguous()) return copy_strided(dst, src);
+  if (dst.nbytes()) {
+    H3_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), dst.nbytes(), cudaMemcpyDeviceToDevice,
+                                  current_stream()));
+  }
 }
 
 Tensor concat(const std::vector<Tensor>& parts, int dim) {

@@ -234,14 +234,10 @@ unsigned row_blocks(int64_t rows) {
 
 template <typename Launch>
 void with_index_check(const char* op, int64_t tables, Device device, RowArgs& a, Launch&& launch) {
-  Tensor flag = Tensor::zeros({1}, DType::kI32, device);
-  a.bad = static_cast<int*>(flag.raw());
-  launch();
-  check_launch(op);
-  int host = 0;
-  H3_CUDA_CHECK(cudaMemcpy(&host, a.bad, sizeof(int), cudaMemcpyDeviceToHost));
-  H3_CHECK(host == 0, ErrorCode::kInvalidArgument, "ops::", op, ": an index is outside the ", tables,
-           " table rows");
+  run_index_checked(op, tables, "table rows", device, [&](int* bad) {
+    a.bad = bad;
+    launch();
+  });
 }
 
 }  // namespace
