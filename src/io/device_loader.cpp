@@ -286,9 +286,16 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       }
     }
     if (!done) {
-      if (!sink_)
+      if (!sink_) {
+        const auto s0 = std::chrono::steady_clock::now();
         sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
                                   options_.staging_bytes);
+        H3_LOG_DEBUG("device loader on ", device_.str(), ": staging ring of ",
+                     std::max(options_.staging_buffers, 1), " x ", options_.staging_bytes >> 20,
+                     " MiB set up in ",
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count(),
+                     " ms");
+      }
       sink_->begin();
       try {
         for (auto& [file, spans] : by_file)

@@ -62,13 +62,10 @@ class Builder {
   Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
 
   // CUDA: reads `names` onto the device in one pass; later requests for them take these copies.
-  void preload(const std::vector<std::string>& names) {
-    std::vector<io::LoadItem> items;
-    items.reserve(names.size());
-    for (const std::string& n : names) items.push_back({n, std::nullopt});
-    std::vector<Tensor> ts = io::load_tensors_to(ckpt_, items, policy_.device);
-    for (size_t i = 0; i < names.size(); ++i) preloaded_.emplace(names[i], std::move(ts[i]));
-  }
+  void preload(const std::vector<std::string>& names) { preload_to(names, policy_.device, preloaded_); }
+  // The filters, read on the host through the loader too, so that the component's bytes read
+  // (io::device_load_totals) count them; before the device pass, which names the load's method.
+  void preload_host(const std::vector<std::string>& names) { preload_to(names, Device::cpu(), host_); }
 
   // A stored tensor as float32 of `shape` (reshaped from the stored shape when the element count
   // agrees, e.g. Snake alphas [1, C, 1] -> [C]), on the device.
@@ -150,7 +147,9 @@ class Builder {
   Tensor place(const Tensor& host_tensor) const { return host_tensor.to(policy_.device); }
 
   Tensor host(const std::string& name, const Shape& shape) const {
-    return stored(name, shape, ckpt_.has(name) ? ckpt_.tensor(name) : Tensor())
+    const auto it = host_.find(name);
+    Tensor t = it != host_.end() ? it->second : ckpt_.has(name) ? ckpt_.tensor(name) : Tensor();
+    return stored(name, shape, std::move(t))
         .to(DType::kF32)
         .contiguous()
         .reshape(shape);
@@ -158,6 +157,16 @@ class Builder {
 
  private:
   bool on_device() const { return policy_.device.is_cuda(); }
+
+  void preload_to(const std::vector<std::string>& names, Device device,
+                  std::map<std::string, Tensor>& into) {
+    if (names.empty()) return;
+    std::vector<io::LoadItem> items;
+    items.reserve(names.size());
+    for (const std::string& n : names) items.push_back({n, std::nullopt});
+    std::vector<Tensor> ts = io::load_tensors_to(ckpt_, items, device);
+    for (size_t i = 0; i < names.size(); ++i) into.emplace(names[i], std::move(ts[i]));
+  }
 
   // Checks a stored tensor (`t` undefined: missing) against the expected shape.
   Tensor stored(const std::string& name, const Shape& shape, Tensor t) const {
@@ -233,7 +242,8 @@ class Builder {
 
   const io::Checkpoint& ckpt_;
   const AudioVaeWeightPolicy& policy_;
-  mutable std::map<std::string, Tensor> preloaded_;
+  mutable std::map<std::string, Tensor> preloaded_;  // on the device, taken out as used
+  std::map<std::string, Tensor> host_;                // the filters of a device load
   mutable int64_t filters_differing_ = 0;
   mutable double worst_filter_difference_ = 0.0;
 };
@@ -355,13 +365,14 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
   if (policy.device.is_cuda()) {
     // The checkpoint holds exactly the schema's tensors (checked above): the decoder's are
     // decoder.* and dec_in_proj.*, every other one belongs to the encoder side.
-    std::vector<std::string> names;
+    std::vector<std::string> names, filters;
     for (const std::string& n : ckpt.names()) {
       const bool decoder_side = n.rfind("decoder.", 0) == 0 || n.rfind("dec_in_proj.", 0) == 0;
       if (!(decoder_side ? policy.load_decoder : policy.load_encoder)) continue;
-      if (n.size() >= 7 && n.compare(n.size() - 7, 7, ".filter") == 0) continue;  // read on the host
-      names.push_back(n);
+      const bool filter = n.size() >= 7 && n.compare(n.size() - 7, 7, ".filter") == 0;
+      (filter ? filters : names).push_back(n);
     }
+    b.preload_host(filters);
     b.preload(names);
   }
   AudioVaeWeights w;
