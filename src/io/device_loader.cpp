@@ -165,7 +165,13 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
   for (const Range& r : ranges)
     ::posix_fadvise(fd.get(), static_cast<off_t>(r.begin), static_cast<off_t>(r.end - r.begin),
                     POSIX_FADV_SEQUENTIAL);
-  const size_t cap = sink.capacity();
+  // A small load reads in smaller chunks (down to 16 MiB), so that the first read and the last
+  // copy, which nothing overlaps, stay a small part of it: at least 8 chunks where it has them.
+  uint64_t total = 0;
+  for (const Range& r : ranges) total += r.end - r.begin;
+  constexpr uint64_t kMinChunk = uint64_t{16} << 20;
+  const size_t cap = static_cast<size_t>(std::min<uint64_t>(
+      sink.capacity(), std::max<uint64_t>(kMinChunk, (total / 8 + 4095) & ~uint64_t{4095})));
   const int nbuf = sink.count();
   int slot = 0;
   uint64_t read_bytes = 0;
@@ -280,9 +286,16 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       }
     }
     if (!done) {
-      if (!sink_)
+      if (!sink_) {
+        const auto s0 = std::chrono::steady_clock::now();
         sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
                                   options_.staging_bytes);
+        H3_LOG_DEBUG("device loader on ", device_.str(), ": staging ring of ",
+                     std::max(options_.staging_buffers, 1), " x ", options_.staging_bytes >> 20,
+                     " MiB set up in ",
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count(),
+                     " ms");
+      }
       sink_->begin();
       try {
         for (auto& [file, spans] : by_file)

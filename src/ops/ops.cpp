@@ -196,6 +196,18 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tenso
   return cpu::group_norm(x, groups, weight, bias, eps);
 }
 
+Tensor weight_norm(const Tensor& g, const Tensor& v) {
+  const Device dev = check_devices("weight_norm", {{"g", &g}, {"v", &v}});
+  check_float("weight_norm", "g", g);
+  check_float("weight_norm", "v", v);
+  H3_CHECK(v.dim() >= 1 && v.size(0) >= 1, ErrorCode::kInvalidArgument, "ops::weight_norm: v ",
+           v.desc(), " must be a non-empty tensor");
+  H3_CHECK(g.numel() == v.size(0), ErrorCode::kInvalidArgument, "ops::weight_norm: g ", g.desc(),
+           " must hold one gain per slice of dim 0 of v ", v.desc());
+  if (dev.is_cuda()) return cuda::weight_norm(g, v);
+  return cpu::weight_norm(g, v);
+}
+
 // ---- position and modulation -------------------------------------------------------------------------
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int rotary_dim) {

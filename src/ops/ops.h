@@ -68,6 +68,12 @@ Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps);
 // x [N, C, ...] in `groups` groups over (C/groups, ...), affine weight/bias [C] (may be null).
 Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps);
+// Legacy weight norm folded (torch.nn.utils.weight_norm, dim 0; h3_components_spec.md §3.2):
+// w[i] = v[i] * (g[i] / ||v[i]||), the norm of each slice of dim 0 over all its other elements.
+// g holds v.size(0) gains in any shape (stored [d0, 1, 1]). The sum of squares is accumulated in
+// float64 and rounded to float32 once (the reference's float32 norm within its rounding); g / norm
+// and the product are float32, as torch computes them. Output of v's shape and dtype.
+Tensor weight_norm(const Tensor& g, const Tensor& v);
 
 // ---- position and modulation ---------------------------------------------------------------------
 

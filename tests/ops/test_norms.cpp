@@ -1,5 +1,5 @@
-// Backend-ops cases: rms_norm (incl. the per-head QK-norm), layer_norm and group_norm against
-// float64 two-pass references.
+// Backend-ops cases: rms_norm (incl. the per-head QK-norm), layer_norm, group_norm and weight_norm
+// against float64 two-pass references.
 #include <cmath>
 #include <string>
 
@@ -136,7 +136,41 @@ void add_group(const Shape& shape, int groups, DType t, bool affine, bool large 
   register_case(std::move(c));
 }
 
+// The audio VAE's weight-norm fold: g [d0, 1, 1], v [d0, d1, k]. The device must agree with the
+// CPU to the last float32 bit but for a norm lying on a rounding boundary (the two float64 sums
+// may differ in their last bits): at most an ulp or two of the largest element.
+void add_weight_norm(const Shape& v_shape, DType t) {
+  OpCase c;
+  c.op = "weight_norm";
+  c.name = "weight_norm_" + dtype_tag(t) + "_" + shape_tag(v_shape);
+  c.dtype = t;
+  if (t == DType::kF32) c.device_bounds = Bounds{2.5e-7, 2.5e-7};
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.uniform_tensor({v_shape[0], 1, 1}, DType::kF32, 0.1f, 2.0f),
+                               r.normal_tensor(v_shape, t, 0.0f, 0.05f)};
+  };
+  c.run = [](const std::vector<Tensor>& in) { return h3::ops::weight_norm(in[0], in[1]); };
+  c.reference = [](const std::vector<Tensor>& in) {
+    const std::vector<double> g = f64(in[0]), v = f64(in[1]);
+    const int64_t rows = in[1].size(0), inner = in[1].numel() / rows;
+    std::vector<double> y(v.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < inner; ++i) ss += v[r * inner + i] * v[r * inner + i];
+      for (int64_t i = 0; i < inner; ++i) y[r * inner + i] = v[r * inner + i] * g[r] / std::sqrt(ss);
+    }
+    return y;
+  };
+  register_case(std::move(c));
+}
+
 void add_cases() {
+  add_weight_norm({24, 16, 7}, DType::kF32);   // Conv1d [out, in, k]
+  add_weight_norm({16, 8, 9}, DType::kF32);    // ConvTranspose1d [in, out, k]: norm per input channel
+  add_weight_norm({1, 64, 7}, DType::kF32);    // conv_post: one output channel
+  add_weight_norm({5, 3, 1}, DType::kF32);
+  add_weight_norm({3, 1024, 11}, DType::kF32); // long slices: every thread of a block accumulates
+  add_weight_norm({12, 10, 3}, DType::kBF16);
   for (DType t : {DType::kF32, DType::kBF16}) {
     add_rms({13, 96}, t, true, 1e-5f);      // DiT block norm (hidden 96)
     add_rms({11, 4, 32}, t, true, 1e-5f);   // per-head QK-norm

@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/log.h"
 #include "core/status.h"
+#include "io/device_loader.h"
 #include "models/audio_vae/audio_vae_filters.h"
 #include "models/schema.h"
+#include "ops/ops.h"
 
 namespace h3::audio_vae {
 
@@ -20,22 +25,11 @@ Tensor fold_weight_norm(const Tensor& g, const Tensor& v) {
            g.desc(), " must hold one gain per slice of dim 0 of weight_v ", v.desc());
   H3_CHECK(dtype_is_float(g.dtype()) && dtype_is_float(v.dtype()), ErrorCode::kInvalidArgument,
            "fold_weight_norm: weight_g ", g.desc(), " and weight_v ", v.desc(), " must be float");
-  const std::vector<float> gv = g.to_f32_vector();
-  const std::vector<float> vv = v.to_f32_vector();
-  const int64_t rows = v.size(0);
-  const int64_t inner = v.numel() / rows;
-  std::vector<float> out(vv.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = vv.data() + r * inner;
-    double ss = 0.0;
-    for (int64_t i = 0; i < inner; ++i) ss += static_cast<double>(src[i]) * src[i];
-    const float norm = static_cast<float>(std::sqrt(ss));
-    // torch: v * (g / norm_except_dim(v, 2, 0)), each step in float32.
-    const float s = gv[static_cast<size_t>(r)] / norm;
-    float* dst = out.data() + r * inner;
-    for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * s;
-  }
-  return Tensor::from_f32(out, v.shape());
+  H3_CHECK(g.device() == v.device(), ErrorCode::kInvalidArgument, "fold_weight_norm: weight_g ",
+           g.desc(), " and weight_v ", v.desc(), " must be on one device");
+  const Tensor vf = v.dtype() == DType::kF32 ? v : v.device().is_cuda() ? ops::cast(v, DType::kF32)
+                                                                         : v.to(DType::kF32);
+  return ops::weight_norm(g, vf);
 }
 
 Tensor head_pool_matrix(int64_t heads, int64_t head_dim, int64_t out_dim) {
@@ -56,55 +50,163 @@ Tensor head_pool_matrix(int64_t heads, int64_t head_dim, int64_t out_dim) {
 
 namespace {
 
+// Builds the weights on the policy's device. On the CPU the stored tensors are the checkpoint's
+// mmap views, converted and folded on the host. On CUDA every tensor of the requested parts but
+// the anti-aliasing filters is read first in one pass straight onto the device, in its stored
+// dtype (io::load_tensors_to: the pinned staging ring, one read in file order), and the
+// preparation runs there with ops (weight-norm fold, concatenation, casts); the filters, 12 taps
+// each, are read on the host, checked, repeated per channel and uploaded together at the end
+// (upload_filters).
 class Builder {
  public:
   Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
 
+  // CUDA: reads `names` onto the device in one pass; later requests for them take these copies.
+  void preload(const std::vector<std::string>& names) { preload_to(names, policy_.device, preloaded_); }
+  // The filters, read on the host through the loader too, so that the component's bytes read
+  // (io::device_load_totals) count them; before the device pass, which names the load's method.
+  void preload_host(const std::vector<std::string>& names) { preload_to(names, Device::cpu(), host_); }
+
   // A stored tensor as float32 of `shape` (reshaped from the stored shape when the element count
   // agrees, e.g. Snake alphas [1, C, 1] -> [C]), on the device.
-  Tensor f32(const std::string& name, const Shape& shape) const { return place(host(name, shape)); }
+  Tensor f32(const std::string& name, const Shape& shape) const {
+    if (on_device()) return device_f32(name, shape);
+    return place(host(name, shape));
+  }
 
   ConvWeights wn_conv(const std::string& prefix, const Shape& v_shape, bool bias) const {
-    const Tensor v = host(prefix + "weight_v", v_shape);
-    const Tensor g = host(prefix + "weight_g", {v_shape[0], 1, 1});
     ConvWeights c;
-    c.w = place(fold_weight_norm(g, v));
+    c.w = folded(prefix, v_shape);
     if (bias) c.b = f32(prefix + "bias", {v_shape[0]});
     return c;
   }
   // ConvTranspose1d [in, out, k]: the bias has one entry per output channel.
   ConvWeights wn_conv_transpose(const std::string& prefix, int64_t cin, int64_t cout, int64_t k) const {
-    const Tensor v = host(prefix + "weight_v", {cin, cout, k});
-    const Tensor g = host(prefix + "weight_g", {cin, 1, 1});
-    return {place(fold_weight_norm(g, v)), f32(prefix + "bias", {cout})};
+    return {folded(prefix, {cin, cout, k}), f32(prefix + "bias", {cout})};
   }
   ConvWeights plain_conv(const std::string& prefix, int64_t cout, int64_t cin, int64_t k) const {
     return {f32(prefix + "weight", {cout, cin, k}), f32(prefix + "bias", {cout})};
   }
 
+  // The attention's bias [q_bias | zero_k_bias | v_bias] (§3.3): the stored zero key bias is used
+  // as stored, like every other buffer.
+  Tensor qkv_bias(int64_t ld) const {
+    const char* names[3] = {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias", "pre_block.attn.v_bias"};
+    if (on_device()) {
+      std::vector<Tensor> parts;
+      for (const char* name : names) parts.push_back(device_f32(name, {ld}));
+      return ops::concat(parts, 0);
+    }
+    std::vector<float> bias;
+    for (const char* name : names) {
+      const std::vector<float> part = host(name, {ld}).to_f32_vector();
+      bias.insert(bias.end(), part.begin(), part.end());
+    }
+    return place(Tensor::from_f32(bias, {3 * ld}));
+  }
+
+  // Anti-aliased SnakeBeta parameters. The filters are host tensors until upload_filters.
   ActivationWeights activation(const std::string& prefix, int64_t channels) const {
     ActivationWeights a;
     a.log_alpha = f32(prefix + "act.alpha", {channels});
     a.log_beta = f32(prefix + "act.beta", {channels});
     const std::vector<float> up = filter(prefix + "upsample.filter");
     const std::vector<float> down = filter(prefix + "downsample.lowpass.filter");
-    a.up_filter = place(repeat_filter(up, channels, static_cast<float>(kAliasRatio)));
-    a.down_filter = place(repeat_filter(down, channels, 1.0f));
+    a.up_filter = repeat_filter(up, channels, static_cast<float>(kAliasRatio));
+    a.down_filter = repeat_filter(down, channels, 1.0f);
     return a;
+  }
+
+  // Moves the host-built filters of `d` to the device with one copy: they are packed into one
+  // buffer (each at a 256-byte boundary) and become views of it.
+  void upload_filters(DecoderWeights& d) const {
+    if (!on_device()) return;
+    std::vector<Tensor*> filters;
+    for (AmpBlockWeights& amp : d.resblocks)
+      for (ActivationWeights& a : amp.acts) filters.insert(filters.end(), {&a.up_filter, &a.down_filter});
+    filters.insert(filters.end(), {&d.act_post.up_filter, &d.act_post.down_filter});
+    constexpr int64_t kAlign = 256 / sizeof(float);
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (const Tensor* f : filters) {
+      offsets.push_back(total);
+      total += (f->numel() + kAlign - 1) / kAlign * kAlign;
+    }
+    std::vector<float> packed(static_cast<size_t>(total), 0.0f);
+    for (size_t i = 0; i < filters.size(); ++i) {
+      const float* src = filters[i]->data<float>();
+      std::copy(src, src + filters[i]->numel(), packed.begin() + offsets[i]);
+    }
+    const Tensor all = Tensor::from_f32(packed, {total}).to(policy_.device);
+    for (size_t i = 0; i < filters.size(); ++i) {
+      const Shape shape = filters[i]->shape();
+      *filters[i] = all.slice(0, offsets[i], offsets[i] + filters[i]->numel()).view(shape);
+    }
   }
 
   Tensor place(const Tensor& host_tensor) const { return host_tensor.to(policy_.device); }
 
   Tensor host(const std::string& name, const Shape& shape) const {
-    H3_CHECK(ckpt_.has(name), ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt_.source(),
-             ": missing tensor '", name, "'");
-    Tensor t = ckpt_.tensor(name);
-    H3_CHECK(t.numel() == shape_numel(shape), ErrorCode::kInvalidFile, "audio VAE weight '", name,
-             "' has shape ", shape_str(t.shape()), ", expected ", shape_str(shape));
-    return t.to(DType::kF32).contiguous().reshape(shape);
+    const auto it = host_.find(name);
+    Tensor t = it != host_.end() ? it->second : ckpt_.has(name) ? ckpt_.tensor(name) : Tensor();
+    return stored(name, shape, std::move(t))
+        .to(DType::kF32)
+        .contiguous()
+        .reshape(shape);
   }
 
  private:
+  bool on_device() const { return policy_.device.is_cuda(); }
+
+  void preload_to(const std::vector<std::string>& names, Device device,
+                  std::map<std::string, Tensor>& into) {
+    if (names.empty()) return;
+    std::vector<io::LoadItem> items;
+    items.reserve(names.size());
+    for (const std::string& n : names) items.push_back({n, std::nullopt});
+    std::vector<Tensor> ts = io::load_tensors_to(ckpt_, items, device);
+    for (size_t i = 0; i < names.size(); ++i) into.emplace(names[i], std::move(ts[i]));
+  }
+
+  // Checks a stored tensor (`t` undefined: missing) against the expected shape.
+  Tensor stored(const std::string& name, const Shape& shape, Tensor t) const {
+    H3_CHECK(t.defined(), ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt_.source(),
+             ": missing tensor '", name, "'");
+    H3_CHECK(t.numel() == shape_numel(shape), ErrorCode::kInvalidFile, "audio VAE weight '", name,
+             "' has shape ", shape_str(t.shape()), ", expected ", shape_str(shape));
+    H3_CHECK(dtype_is_float(t.dtype()), ErrorCode::kInvalidFile, "audio VAE weight '", name,
+             "' must be floating point, got ", t.desc());
+    return t;
+  }
+
+  // The device copy of a stored tensor, taken out of the preloaded set (each is used once, so
+  // its memory returns to the pool as soon as the prepared weight no longer needs it).
+  Tensor device_stored(const std::string& name, const Shape& shape) const {
+    Tensor t;
+    const auto it = preloaded_.find(name);
+    if (it != preloaded_.end()) {
+      t = std::move(it->second);
+      preloaded_.erase(it);
+    } else if (ckpt_.has(name)) {
+      t = io::load_tensor_to(ckpt_, name, policy_.device);  // not expected: every name is preloaded
+    }
+    return stored(name, shape, std::move(t)).view(shape);
+  }
+
+  Tensor device_f32(const std::string& name, const Shape& shape) const {
+    Tensor t = device_stored(name, shape);
+    return t.dtype() == DType::kF32 ? t : ops::cast(t, DType::kF32);
+  }
+
+  Tensor folded(const std::string& prefix, const Shape& v_shape) const {
+    if (on_device())
+      return fold_weight_norm(device_f32(prefix + "weight_g", {v_shape[0], 1, 1}),
+                              device_f32(prefix + "weight_v", v_shape));
+    const Tensor v = host(prefix + "weight_v", v_shape);
+    const Tensor g = host(prefix + "weight_g", {v_shape[0], 1, 1});
+    return place(fold_weight_norm(g, v));
+  }
+
   std::vector<float> filter(const std::string& name) const {
     std::vector<float> taps = host(name, {kAliasFilterTaps}).to_f32_vector();
     const std::vector<float> built = alias_free_filter();
@@ -129,6 +231,7 @@ class Builder {
   }
 
  private:
+  // [C, 1, K] on the host; on the CPU policy that is its place.
   static Tensor repeat_filter(const std::vector<float>& taps, int64_t channels, float gain) {
     const int64_t k = static_cast<int64_t>(taps.size());
     std::vector<float> out(static_cast<size_t>(channels * k));
@@ -139,6 +242,8 @@ class Builder {
 
   const io::Checkpoint& ckpt_;
   const AudioVaeWeightPolicy& policy_;
+  mutable std::map<std::string, Tensor> preloaded_;  // on the device, taken out as used
+  std::map<std::string, Tensor> host_;                // the filters of a device load
   mutable int64_t filters_differing_ = 0;
   mutable double worst_filter_difference_ = 0.0;
 };
@@ -180,16 +285,7 @@ EncoderWeights build_encoder(const AudioVaeConfig& c, const Builder& b) {
   pb.norm2_w = b.f32("pre_block.norm2.weight", {lc});
   pb.norm2_b = b.f32("pre_block.norm2.bias", {lc});
   pb.qkv_w = b.f32("pre_block.attn.qkv.weight", {3 * ld, ld});
-  {
-    // F.linear(x, W, cat(q_bias, zero_k_bias, v_bias)) (§3.3): the stored zero key bias is used
-    // as stored, like every other buffer.
-    std::vector<float> bias;
-    for (const char* name : {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias", "pre_block.attn.v_bias"}) {
-      const std::vector<float> part = b.host(name, {ld}).to_f32_vector();
-      bias.insert(bias.end(), part.begin(), part.end());
-    }
-    pb.qkv_b = b.place(Tensor::from_f32(bias, {3 * ld}));
-  }
+  pb.qkv_b = b.qkv_bias(ld);  // F.linear(x, W, cat(q_bias, zero_k_bias, v_bias)) (§3.3)
   pb.head_pool = b.place(head_pool_matrix(c.num_attention_heads, c.head_dim(), lc));
   pb.attn_proj_w = b.f32("pre_block.attn.proj.weight", {lc, lc});
   pb.attn_proj_b = b.f32("pre_block.attn.proj.bias", {lc});
@@ -265,7 +361,20 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
     fail(ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt.source(),
          " does not match its config:", msg);
   }
-  const Builder b(ckpt, policy);
+  Builder b(ckpt, policy);
+  if (policy.device.is_cuda()) {
+    // The checkpoint holds exactly the schema's tensors (checked above): the decoder's are
+    // decoder.* and dec_in_proj.*, every other one belongs to the encoder side.
+    std::vector<std::string> names, filters;
+    for (const std::string& n : ckpt.names()) {
+      const bool decoder_side = n.rfind("decoder.", 0) == 0 || n.rfind("dec_in_proj.", 0) == 0;
+      if (!(decoder_side ? policy.load_decoder : policy.load_encoder)) continue;
+      const bool filter = n.size() >= 7 && n.compare(n.size() - 7, 7, ".filter") == 0;
+      (filter ? filters : names).push_back(n);
+    }
+    b.preload_host(filters);
+    b.preload(names);
+  }
   AudioVaeWeights w;
   if (policy.load_encoder) {
     w.encoder = build_encoder(config, b);
@@ -273,6 +382,7 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
   }
   if (policy.load_decoder) {
     w.decoder = build_decoder(config, b);
+    b.upload_filters(w.decoder);
     w.has_decoder = true;
   }
   b.report_filters();

@@ -104,7 +104,9 @@ struct AudioVaeWeightPolicy {
 // Legacy `torch.nn.utils.weight_norm` (dim 0) folded: w = v * (g / ||v||), the norm taken per
 // slice v[i] over all remaining dims (float64 sum of squares, rounded to float32 like the
 // reference's float32 norm; then g/norm and the product in float32). g has v.size(0) elements
-// (stored [d0, 1, 1]). CPU float32 result of v's shape. Throws kInvalidArgument on a shape mismatch.
+// (stored [d0, 1, 1]). Float32 result of v's shape on v's device (ops::weight_norm; the CUDA fold
+// equals the CPU's bit for bit but where a norm lies within float64 rounding of a float32 rounding
+// boundary: there one ulp). Throws kInvalidArgument on a shape mismatch.
 Tensor fold_weight_norm(const Tensor& g, const Tensor& v);
 
 // The constant map of the attention's head reduction: out[o] = mean over heads h and over the
@@ -113,9 +115,11 @@ Tensor fold_weight_norm(const Tensor& g, const Tensor& v);
 Tensor head_pool_matrix(int64_t heads, int64_t head_dim, int64_t out_dim);
 
 // Loads the requested parts from `ckpt`, which is first checked against the schema of `config`
-// (missing, unexpected or misshapen tensors: kInvalidFile naming them). Anti-aliasing filters are
-// used as stored (the reference loads them strictly); one that differs from the Kaiser-sinc
-// construction by more than 1e-6 is logged as a warning.
+// (missing, unexpected or misshapen tensors: kInvalidFile naming them). On a CUDA device the
+// stored tensors are read in one pass straight to the device (io::load_tensors_to) and prepared
+// there; only the 12-tap filters go through the host, and are uploaded together. Anti-aliasing
+// filters are used as stored (the reference loads them strictly); one that differs from the
+// Kaiser-sinc construction by more than 1e-6 is logged as a warning.
 AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
                                        const AudioVaeWeightPolicy& policy);
 

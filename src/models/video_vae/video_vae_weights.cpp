@@ -149,23 +149,33 @@ VideoVaeWeights load_video_vae_weights(const VideoVaeConfig& config, const io::C
   }
   // On CUDA every tensor the build will ask for is read in one pass in file order (the loader
   // overlaps reads and copies across tensors; one call per tensor would serialize them). The
-  // encoder's tensors (and quant_conv, its output projection) only when the encoder is built.
+  // encoder's tensors (and quant_conv, its output projection) only when the encoder is built, the
+  // others only when the decoder is.
   std::map<std::string, Tensor> preloaded;
   if (policy.device.is_cuda()) {
     std::vector<io::LoadItem> items;
     for (const std::string& name : ckpt.names()) {
       const bool encoder_side = name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0;
-      if (encoder_side && !policy.load_encoder) continue;
+      if (!(encoder_side ? policy.load_encoder : policy.load_decoder)) continue;
       items.push_back({name, std::nullopt});
     }
     std::vector<Tensor> ts = io::load_tensors_to(ckpt, items, policy.device);
     for (size_t i = 0; i < items.size(); ++i) preloaded.emplace(items[i].name, std::move(ts[i]));
   }
+  // Each preloaded tensor is taken out of the set when the build asks for it (every name is asked
+  // for once): a float32 GEMM weight cast to the float16 policy is freed right after its cast, so
+  // the next cast's output reuses its memory instead of growing the pool by the float16 copies
+  // while the whole float32 set is still held.
   const Source src = [&ckpt, &preloaded](const std::string& name, const Shape&) {
     H3_CHECK(ckpt.has(name), ErrorCode::kNotFound, "video VAE checkpoint ", ckpt.source(),
              " has no tensor '", name, "'");
-    const auto it = preloaded.find(name);
-    const Tensor t = it != preloaded.end() ? it->second : ckpt.tensor(name);
+    Tensor t;
+    if (const auto it = preloaded.find(name); it != preloaded.end()) {
+      t = std::move(it->second);
+      preloaded.erase(it);
+    } else {
+      t = ckpt.tensor(name);
+    }
     H3_CHECK(dtype_is_float(t.dtype()), ErrorCode::kInvalidFile, "video VAE weight '", name,
              "' must be floating point, got ", t.desc());
     return t;

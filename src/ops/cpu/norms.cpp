@@ -1,4 +1,4 @@
-// rms_norm, layer_norm, group_norm: statistics accumulated in float64 (torch's float32 reductions
+// rms_norm, layer_norm, group_norm, weight_norm: statistics accumulated in float64 (torch's float32 reductions
 // are pairwise and land within an ulp of the exact value), normalization in float32, one rounding.
 #include <cmath>
 #include <vector>
@@ -88,6 +88,25 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tenso
     }
   }
   return store_f32(out.data(), x.shape(), x.dtype());
+}
+
+Tensor weight_norm(const Tensor& g, const Tensor& v) {
+  const F32 gf(g), vf(v);
+  const int64_t rows = v.size(0);
+  const int64_t inner = v.numel() / rows;
+  std::vector<float> out(static_cast<size_t>(v.numel()));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = vf.data() + r * inner;
+    // Each term is exact in float64 (a float32 square); the sum is taken in index order.
+    double ss = 0.0;
+    for (int64_t i = 0; i < inner; ++i) ss += static_cast<double>(src[i]) * src[i];
+    const float norm = static_cast<float>(std::sqrt(ss));
+    // torch: v * (g / norm_except_dim(v, 2, 0)), each step in float32.
+    const float s = gf[r] / norm;
+    float* dst = out.data() + r * inner;
+    for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * s;
+  }
+  return store_f32(out.data(), v.shape(), v.dtype());
 }
 
 }  // namespace h3::ops::cpu

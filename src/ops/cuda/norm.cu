@@ -1,4 +1,5 @@
-// Normalizations on CUDA: rms_norm (also per head), layer_norm, group_norm, and two fused kernels
+// Normalizations on CUDA: rms_norm (also per head), layer_norm, group_norm, weight_norm (the
+// weight-norm fold of the audio VAE's convolutions, at load), and two fused kernels
 // of the DiT block (h3_dit_spec.md, block structure): RMSNorm followed by AdaLN modulation
 // (rms_norm_modulate) and the per-head QK RMSNorm followed by RoPE (qk_norm_rope).
 //
@@ -358,6 +359,67 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
       s.a, x.size(1), cs.raw(), dtype_code(cs.dtype()), sn.raw(), dtype_code(sn.dtype()), rotary_dim);
   check_launch("qk_norm_rope");
   return s.out;
+}
+
+// ---- weight_norm -----------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kWnThreads = 256;
+
+// One block per slice of dim 0. Squares are exact in float64; the per-thread partial sums and the
+// shuffle tree combine in a fixed order, so the fold is the same bits on every run. The CPU sums in
+// index order: the two float64 sums differ in their last bits at most, which moves the float32
+// norm only when it lies within that much of a rounding boundary.
+__global__ void weight_norm_kernel(const void* g, int gt, const void* v, int vt, void* out, int ot,
+                                   int64_t inner) {
+  __shared__ double partial[kWnThreads / 32];
+  __shared__ float scale;
+  const int64_t row = blockIdx.x;
+  const int64_t base = row * inner;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < inner; i += kWnThreads) {
+    const double x = ld(v, vt, base + i);
+    ss += x * x;
+  }
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_down_sync(0xffffffffu, ss, off);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kWnThreads / 32; ++w) total += partial[w];
+    const float norm = static_cast<float>(sqrt(total));
+    scale = __fdiv_rn(ld(g, gt, row), norm);  // IEEE division, as the CPU's float32 g / norm
+  }
+  __syncthreads();
+  const float s = scale;
+  for (int64_t i = threadIdx.x; i < inner; i += kWnThreads)
+    st(out, ot, base + i, __fmul_rn(ld(v, vt, base + i), s));
+}
+
+}  // namespace
+
+Tensor weight_norm(const Tensor& g_in, const Tensor& v_in) {
+  require_cuda(g_in, "weight_norm", "g");
+  require_cuda(v_in, "weight_norm", "v");
+  check_float(g_in, "weight_norm", "g");
+  check_float(v_in, "weight_norm", "v");
+  H3_CHECK(v_in.dim() >= 1 && v_in.size(0) >= 1 && g_in.numel() == v_in.size(0),
+           ErrorCode::kInvalidArgument, "ops::weight_norm: g ", shape_str(g_in.shape()),
+           " must hold one gain per slice of dim 0 of v ", shape_str(v_in.shape()));
+  set_device_of(v_in);
+  const Tensor g = contiguous(g_in), v = contiguous(v_in);
+  Tensor out = Tensor::empty(v.shape(), v.dtype(), v.device());
+  const int64_t rows = v.size(0);
+  const int64_t inner = v.numel() / rows;
+  if (inner == 0) return out;
+  H3_CHECK(rows <= 0x7fffffff, ErrorCode::kUnsupported, "ops::weight_norm: ", rows,
+           " slices exceed one launch");
+  weight_norm_kernel<<<static_cast<unsigned>(rows), kWnThreads, 0, current_stream()>>>(
+      g.raw(), dtype_code(g.dtype()), v.raw(), dtype_code(v.dtype()), out.raw(),
+      dtype_code(out.dtype()), inner);
+  check_launch("weight_norm");
+  return out;
 }
 
 }  // namespace h3::ops::cuda
