@@ -128,6 +128,8 @@ PY
     run bench_dit_vsa 200 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --text-rows "$text"
     grep -E "ms per block|mean|block" "$out/bench_dit_vsa.log" | head -8 | tee -a "$summary"
   fi
+  # H3_E2E_DENSE_STEPS=0 leaves the dense preset out.
+  if [ "${H3_E2E_DENSE_STEPS:-4}" != 0 ]; then
   "$bin/h3" bench e2e --model "$model" --device cuda --preset dense --steps "${H3_E2E_DENSE_STEPS:-4}" \
     --repeat 1 --json >"$out/e2e_dense.json" 2>"$out/e2e_dense.log"
   note "e2e dense: rc=$?"
@@ -136,6 +138,7 @@ import json,sys
 g=json.load(open(sys.argv[1]))[0]
 print('  dense: %d forwards, denoise %.0f ms = %.2f s per forward, %.2f ms/block' % (g['dit_forwards'], g['stages']['denoise'], g['stages']['denoise']/g['dit_forwards']/1000, g['ms_per_block']))
 " "$out/e2e_dense.json" 2>&1 | tee -a "$summary"
+  fi
 fi
 # VSA variants at the production geometry (fine-branch studies): H3_VSA_ENVS lists extra
 # environment settings to compare, each "NAME=VALUE[,NAME=VALUE]" (default none).

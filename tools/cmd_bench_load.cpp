@@ -284,6 +284,7 @@ int run_bench_load(const std::vector<std::string>& argv) {
   lo.staging_bytes = a.staging_mb << 20;
   lo.staging_buffers = a.buffers;
   lo.reader_threads = a.threads;
+  lo.cached_reader_threads = a.threads;  // the count asked for, cached or not
 
   bool global = false;
   auto cold_note = [&](double cached) {

@@ -1,6 +1,7 @@
 #include "io/device_loader.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,6 +141,31 @@ struct Range {
   size_t first = 0, last = 0;
 };
 
+// Whether at least 90 % of the ranges' pages are in the page cache (mincore over a mapping of
+// the file; false when it cannot tell). Costs one bit per page: about 2.4 MB for 10 GB.
+bool mostly_cached(int fd, const std::vector<Range>& ranges) {
+  if (ranges.empty()) return false;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t end = ranges.back().end;
+  void* map = ::mmap(nullptr, static_cast<size_t>(end), PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return false;
+  uint64_t pages = 0, resident = 0;
+  std::vector<unsigned char> vec;
+  for (const Range& r : ranges) {
+    const uint64_t b = r.begin / page * page;
+    const size_t n = static_cast<size_t>((r.end - b + page - 1) / page);
+    vec.assign(n, 0);
+    if (::mincore(static_cast<uint8_t*>(map) + b, static_cast<size_t>(r.end - b), vec.data()) != 0) {
+      ::munmap(map, static_cast<size_t>(end));
+      return false;
+    }
+    pages += n;
+    for (unsigned char v : vec) resident += v & 1u;
+  }
+  ::munmap(map, static_cast<size_t>(end));
+  return resident * 10 >= pages * 9;
+}
+
 }  // namespace
 
 uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
@@ -161,6 +187,9 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
     }
   }
   Fd fd(path);
+  const int readers = mostly_cached(fd.get(), ranges)
+                          ? std::max(options.reader_threads, options.cached_reader_threads)
+                          : options.reader_threads;
   // Tell the kernel the reads are sequential (larger readahead), per range.
   for (const Range& r : ranges)
     ::posix_fadvise(fd.get(), static_cast<off_t>(r.begin), static_cast<off_t>(r.end - r.begin),
@@ -181,7 +210,7 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
       const size_t len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
       sink.wait(slot);  // the copies out of this buffer from the last round are done
       uint8_t* buf = sink.buffer(slot);
-      pread_parallel(fd.get(), buf, len, pos, options.reader_threads, path,
+      pread_parallel(fd.get(), buf, len, pos, readers, path,
                      spans[next_span].label);
       read_bytes += len;
       const uint64_t chunk_end = pos + len;

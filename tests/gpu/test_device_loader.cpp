@@ -192,6 +192,7 @@ TEST(DeviceLoaderGpu, CufileBytesOnTheDeviceEqualTheFile) {
     DeviceLoaderOptions o;
     o.cufile = CufileMode::kOn;
     o.reader_threads = threads;
+    o.cached_reader_threads = threads;
     DeviceLoader loader(Device::cuda(0), o);
     const auto got = loader.load(ck, items);
     const int mismatches = count_mismatches(ck, items, got);

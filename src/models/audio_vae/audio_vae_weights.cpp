@@ -1,6 +1,7 @@
 #include "models/audio_vae/audio_vae_weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -349,6 +350,15 @@ uint64_t bytes_of(const ActivationWeights& a) {
 
 AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
                                        const AudioVaeWeightPolicy& policy) {
+  // Phase times for H3_LOG_LEVEL=debug: a small component's load is mostly fixed costs.
+  auto t = std::chrono::steady_clock::now();
+  std::string phases;
+  auto phase = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases += str_cat(phases.empty() ? "" : ", ", name, " ",
+                      std::chrono::duration<double, std::milli>(now - t).count(), " ms");
+    t = now;
+  };
   const models::Schema schema = models::audio_vae_schema(config.to_json(), ckpt.source());
   const models::SchemaCheck check = models::check_schema(schema, ckpt);
   if (!check.ok()) {
@@ -361,6 +371,7 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
     fail(ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt.source(),
          " does not match its config:", msg);
   }
+  phase("schema");
   Builder b(ckpt, policy);
   if (policy.device.is_cuda()) {
     // The checkpoint holds exactly the schema's tensors (checked above): the decoder's are
@@ -373,7 +384,9 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
       (filter ? filters : names).push_back(n);
     }
     b.preload_host(filters);
+    phase("filters read");
     b.preload(names);
+    phase("device read");
   }
   AudioVaeWeights w;
   if (policy.load_encoder) {
@@ -382,10 +395,13 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
   }
   if (policy.load_decoder) {
     w.decoder = build_decoder(config, b);
+    phase("decoder built");
     b.upload_filters(w.decoder);
+    phase("filters uploaded");
     w.has_decoder = true;
   }
   b.report_filters();
+  H3_LOG_DEBUG("audio VAE load ", ckpt.source(), ": ", phases);
   return w;
 }
 
