@@ -52,8 +52,8 @@ CudaGraph CudaGraph::capture(const Stream& stream, int* index_flag,
   H3_CHECK(index_flag != nullptr, ErrorCode::kInvalidArgument,
            "CudaGraph::capture needs a device flag for the index checks");
   H3_CHECK(t_stream == nullptr, ErrorCode::kInternal, "CudaGraph::capture inside a capture");
-  H3_CHECK(cudaSetDevice(stream.device()) == cudaSuccess, ErrorCode::kUnsupported, "cuda:",
-           stream.device(), " is not available");
+  H3_CHECK(cudaSetDevice(stream.device()) == cudaSuccess, ErrorCode::kUnsupported,
+           "cuda:", stream.device(), " is not available");
   auto* s = static_cast<cudaStream_t>(stream.handle());
   // Thread-local mode: a call of this thread that cannot be captured (a synchronous copy, a
   // legacy-stream launch) fails loudly instead of silently running outside the graph.
@@ -117,8 +117,8 @@ void CudaGraph::launch(const Stream& stream) const {
   H3_CHECK(valid(), ErrorCode::kInternal, "CudaGraph::launch on an empty graph");
   H3_CHECK(cudaSetDevice(device_) == cudaSuccess, ErrorCode::kUnsupported, "cuda:", device_,
            " is not available");
-  const cudaError_t err =
-      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream.handle()));
+  const cudaError_t err = cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                          static_cast<cudaStream_t>(stream.handle()));
   if (err != cudaSuccess) graph_failed("cudaGraphLaunch", err);
 }
 

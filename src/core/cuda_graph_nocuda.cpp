@@ -11,7 +11,8 @@ CudaGraph CudaGraph::capture(const Stream&, int*, const std::function<void()>&) 
   fail(ErrorCode::kUnsupported, "this build of h3 has no CUDA support (CUDA graphs need it)");
 }
 CudaGraph::~CudaGraph() = default;
-CudaGraph::CudaGraph(CudaGraph&& o) noexcept : graph_(o.graph_), exec_(o.exec_), device_(o.device_), nodes_(o.nodes_) {
+CudaGraph::CudaGraph(CudaGraph&& o) noexcept
+    : graph_(o.graph_), exec_(o.exec_), device_(o.device_), nodes_(o.nodes_) {
   o.graph_ = o.exec_ = nullptr;
 }
 CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {

@@ -146,7 +146,8 @@ uint64_t cuda_pool_peak_bytes(int device) {
   // CUDA graphs allocate from their own pool (core/cuda_graph.h); both count. The sum bounds the
   // true peak from above: the two high-water marks need not fall at the same moment.
   uint64_t graph_high = 0;
-  if (cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_high) != cudaSuccess) {
+  if (cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_high) !=
+      cudaSuccess) {
     cudaGetLastError();
     graph_high = 0;
   }

@@ -155,7 +155,8 @@ bool mostly_cached(int fd, const std::vector<Range>& ranges) {
     const uint64_t b = r.begin / page * page;
     const size_t n = static_cast<size_t>((r.end - b + page - 1) / page);
     vec.assign(n, 0);
-    if (::mincore(static_cast<uint8_t*>(map) + b, static_cast<size_t>(r.end - b), vec.data()) != 0) {
+    if (::mincore(static_cast<uint8_t*>(map) + b, static_cast<size_t>(r.end - b), vec.data()) !=
+        0) {
       ::munmap(map, static_cast<size_t>(end));
       return false;
     }
@@ -210,8 +211,7 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
       const size_t len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
       sink.wait(slot);  // the copies out of this buffer from the last round are done
       uint8_t* buf = sink.buffer(slot);
-      pread_parallel(fd.get(), buf, len, pos, readers, path,
-                     spans[next_span].label);
+      pread_parallel(fd.get(), buf, len, pos, readers, path, spans[next_span].label);
       read_bytes += len;
       const uint64_t chunk_end = pos + len;
       for (size_t i = next_span; i < r.last && spans[i].offset < chunk_end; ++i) {
@@ -319,11 +319,13 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
         const auto s0 = std::chrono::steady_clock::now();
         sink_ = make_staging_sink(device_, std::max(options_.staging_buffers, 1),
                                   options_.staging_bytes);
-        H3_LOG_DEBUG("device loader on ", device_.str(), ": staging ring of ",
-                     std::max(options_.staging_buffers, 1), " x ", options_.staging_bytes >> 20,
-                     " MiB set up in ",
-                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count(),
-                     " ms");
+        H3_LOG_DEBUG(
+            "device loader on ", device_.str(), ": staging ring of ",
+            std::max(options_.staging_buffers, 1), " x ", options_.staging_bytes >> 20,
+            " MiB set up in ",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0)
+                .count(),
+            " ms");
       }
       sink_->begin();
       try {

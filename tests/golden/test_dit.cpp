@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,14 +22,6 @@ namespace {
 
 constexpr double kF32Bound = 1e-5;       // TOLERANCES.md: CPU float32 engine vs float32 golden
 constexpr double kBf16SanityL2 = 5e-2;   // bf16 emulation: not a parity bound, a sanity check
-
-std::string partition_of(const test::GoldenCase& c) {
-  const auto& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
-  if (meta.is_object() && meta.contains("transformer") && meta["transformer"].is_string()) {
-    return meta["transformer"].get<std::string>();
-  }
-  return "transformer";
-}
 
 // One model per (partition, precision, rounding), loaded on first use.
 const dit::DitModel& model_for(const std::string& partition, dit::DitPrecision precision,
@@ -56,7 +48,7 @@ std::vector<test::GoldenCase> comparable(const std::vector<test::GoldenCase>& ca
   std::vector<test::GoldenCase> out;
   for (const test::GoldenCase& c : cases) {
     std::string why;
-    if (test::golden_outputs_match_checkpoint(partition_of(c), &why)) {
+    if (test::golden_outputs_match_checkpoint(test::dit_partition_of(c), &why)) {
       out.push_back(c);
       continue;
     }
@@ -124,7 +116,8 @@ TEST(DitGolden, Float32Parity) {
   for (const test::GoldenCase& c : others) {
     SCOPED_TRACE(c.file);
     const CaseData d = read_case(c);
-    const dit::DitModel& m = model_for(partition_of(c), dit::DitPrecision::kF32, dit::DitRounding::kEager);
+    const dit::DitModel& m =
+        model_for(test::dit_partition_of(c), dit::DitPrecision::kF32, dit::DitRounding::kEager);
     dit::DitTrace tr;
     const dit::DitOutputs out = m.forward(d.in, &tr);
     EXPECT_EQ(static_cast<int64_t>(tr.block_out.size()), m.config().num_layers);
@@ -144,10 +137,10 @@ TEST(DitGolden, Float32Parity) {
   int ran = 0, intermediates = 0;
   for (const test::GoldenCase& c : cases) {
     SCOPED_TRACE(c.file);
-    std::printf("[dit f32] %s (%s)\n", c.file.c_str(), partition_of(c).c_str());
+    std::printf("[dit f32] %s (%s)\n", c.file.c_str(), test::dit_partition_of(c).c_str());
     const CaseData d = read_case(c);
     const dit::DitModel& m =
-        model_for(partition_of(c), dit::DitPrecision::kF32, dit::DitRounding::kEager);
+        model_for(test::dit_partition_of(c), dit::DitPrecision::kF32, dit::DitRounding::kEager);
     dit::DitTrace tr;
     const dit::DitOutputs out = m.forward(d.in, &tr);
     // The stored intermediates must all be matched by name, so a renamed golden tensor cannot
@@ -179,9 +172,10 @@ void run_bf16(dit::DitRounding rounding, const char* label) {
   int ran = 0;
   for (const test::GoldenCase& c : cases) {
     SCOPED_TRACE(c.file);
-    std::printf("[dit %s] %s (%s)\n", label, c.file.c_str(), partition_of(c).c_str());
+    std::printf("[dit %s] %s (%s)\n", label, c.file.c_str(), test::dit_partition_of(c).c_str());
     const CaseData d = read_case(c);
-    const dit::DitModel& m = model_for(partition_of(c), dit::DitPrecision::kBF16, rounding);
+    const dit::DitModel& m =
+        model_for(test::dit_partition_of(c), dit::DitPrecision::kBF16, rounding);
     dit::DitTrace tr;
     const dit::DitOutputs out = m.forward(d.in, &tr);
     for (const auto& [name, got] : collect(d, out, tr)) {
@@ -201,11 +195,12 @@ TEST(DitGolden, Bf16FusedRounding) { run_bf16(dit::DitRounding::kFused, "bf16-fu
 TEST(DitGolden, StepRunnerOnCpuIsTheForward) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   const CaseData d = read_case(cases.front());
-  const dit::DitModel& m =
-      model_for(partition_of(cases.front()), dit::DitPrecision::kF32, dit::DitRounding::kEager);
+  const dit::DitModel& m = model_for(test::dit_partition_of(cases.front()), dit::DitPrecision::kF32,
+                                     dit::DitRounding::kEager);
   const dit::DitTextContext text = m.encode_text(d.in.encoder_hidden_states);
-  const dit::DitLayout layout = m.make_layout(d.in.position_ids, d.in.token_tags, d.in.video_indices,
-                                              d.in.audio_indices, d.in.text_indices);
+  const dit::DitLayout layout =
+      m.make_layout(d.in.position_ids, d.in.token_tags, d.in.video_indices, d.in.audio_indices,
+                    d.in.text_indices);
   dit::DitStepRunner runner(m, text, layout);
   EXPECT_EQ(runner.graphs_state(), "off: the DiT runs on the CPU");
   for (int k = 0; k < 2; ++k) {

@@ -19,6 +19,7 @@
 #include "models/h3_dit/dit_model.h"
 #include "ops/vsa.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 #include "support/vsa_masks.h"
 
 namespace h3 {
@@ -82,21 +83,6 @@ void expect_block(const std::string& name, const Tensor& got, const Tensor& ref)
   EXPECT_LE(rel, kBlockRelMax) << name;
 }
 
-dit::DitInputs read_inputs(const io::SafetensorsFile& f) {
-  dit::DitInputs in;
-  in.hidden_states = f.tensor("hidden_states");
-  in.audio_hidden_states = f.tensor("audio_hidden_states");
-  in.encoder_hidden_states = f.tensor("encoder_hidden_states");
-  in.timestep = f.tensor("timestep");
-  in.timestep_indices = f.tensor("timestep_indices");
-  in.token_tags = f.tensor("token_tags");
-  in.position_ids = f.tensor("position_ids");
-  in.video_indices = f.tensor("video_indices");
-  in.audio_indices = f.tensor("audio_indices");
-  in.text_indices = f.tensor("text_indices");
-  return in;
-}
-
 TEST(GoldenDitVsa, FastH3RunsMatchReference) {
   H3_VSA_MANIFEST_OR_SKIP(manifest);
   if (!(*manifest)["cases"].contains("dit") || (*manifest)["cases"]["dit"].empty())
@@ -106,7 +92,7 @@ TEST(GoldenDitVsa, FastH3RunsMatchReference) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
     const auto file = io::SafetensorsFile::open(vsa_path(c["file"].get<std::string>()));
-    const dit::DitInputs in = read_inputs(*file);
+    const dit::DitInputs in = test::read_dit_inputs(*file, "");
     const std::string ckpt_dir = vsa_path(c["checkpoint"].get<std::string>());
 
     for (const auto& [run_name, run] : c["runs"].items()) {

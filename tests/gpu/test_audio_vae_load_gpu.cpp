@@ -83,10 +83,11 @@ TEST(GpuAudioVaeLoad, WeightNormFoldMatchesHostAtReleasedShapes) {
     const Tensor again = fold_weight_norm(g.to(Device::cuda(0)), v.to(Device::cuda(0)));
     expect_exact(shape_str(shape) + " (repeat)", dev.to(Device::cpu()), again);
   }
-  std::printf("[gpu weight_norm fold] %lld elements, %lld differ from the host fold, max %lld ulps "
-              "(bound 1; expected 0)\n",
-              static_cast<long long>(s.count), static_cast<long long>(s.differing),
-              static_cast<long long>(s.max_ulps));
+  std::printf(
+      "[gpu weight_norm fold] %lld elements, %lld differ from the host fold, max %lld ulps "
+      "(bound 1; expected 0)\n",
+      static_cast<long long>(s.count), static_cast<long long>(s.differing),
+      static_cast<long long>(s.max_ulps));
   EXPECT_LE(s.max_ulps, 1);
 }
 
@@ -129,14 +130,16 @@ void compare_loads(const AudioVaeWeights& h, const AudioVaeWeights& d) {
     expect_exact("encoder.alpha_out", a.alpha_out, b.alpha_out);
     conv("encoder.conv_out", a.conv_out, b.conv_out, true);
     const PreBlockWeights &x = a.pre_block, &y = b.pre_block;
-    const Tensor* hx[] = {&x.norm1_w, &x.norm1_b, &x.norm3_w, &x.norm3_b, &x.norm2_w, &x.norm2_b,
-                          &x.qkv_w, &x.qkv_b, &x.head_pool, &x.attn_proj_w, &x.attn_proj_b,
-                          &x.proj_w, &x.proj_b, &x.mlp_norm_w, &x.mlp_norm_b, &x.w0, &x.b0,
-                          &x.w1, &x.b1, &x.w2, &x.b2};
-    const Tensor* dy[] = {&y.norm1_w, &y.norm1_b, &y.norm3_w, &y.norm3_b, &y.norm2_w, &y.norm2_b,
-                          &y.qkv_w, &y.qkv_b, &y.head_pool, &y.attn_proj_w, &y.attn_proj_b,
-                          &y.proj_w, &y.proj_b, &y.mlp_norm_w, &y.mlp_norm_b, &y.w0, &y.b0,
-                          &y.w1, &y.b1, &y.w2, &y.b2};
+    const Tensor* hx[] = {&x.norm1_w,     &x.norm1_b, &x.norm3_w, &x.norm3_b,    &x.norm2_w,
+                          &x.norm2_b,     &x.qkv_w,   &x.qkv_b,   &x.head_pool,  &x.attn_proj_w,
+                          &x.attn_proj_b, &x.proj_w,  &x.proj_b,  &x.mlp_norm_w, &x.mlp_norm_b,
+                          &x.w0,          &x.b0,      &x.w1,      &x.b1,         &x.w2,
+                          &x.b2};
+    const Tensor* dy[] = {&y.norm1_w,     &y.norm1_b, &y.norm3_w, &y.norm3_b,    &y.norm2_w,
+                          &y.norm2_b,     &y.qkv_w,   &y.qkv_b,   &y.head_pool,  &y.attn_proj_w,
+                          &y.attn_proj_b, &y.proj_w,  &y.proj_b,  &y.mlp_norm_w, &y.mlp_norm_b,
+                          &y.w0,          &y.b0,      &y.w1,      &y.b1,         &y.w2,
+                          &y.b2};
     for (size_t i = 0; i < sizeof(hx) / sizeof(hx[0]); ++i)
       expect_exact("pre_block tensor " + std::to_string(i), *hx[i], *dy[i]);
     conv("mean_proj", a.mean_proj, b.mean_proj, false);
@@ -147,7 +150,8 @@ void compare_loads(const AudioVaeWeights& h, const AudioVaeWeights& d) {
     conv("dec_in_proj", a.in_proj, b.in_proj, false);
     conv("conv_pre", a.conv_pre, b.conv_pre, true);
     ASSERT_EQ(a.ups.size(), b.ups.size());
-    for (size_t i = 0; i < a.ups.size(); ++i) conv("ups" + std::to_string(i), a.ups[i], b.ups[i], true);
+    for (size_t i = 0; i < a.ups.size(); ++i)
+      conv("ups" + std::to_string(i), a.ups[i], b.ups[i], true);
     ASSERT_EQ(a.resblocks.size(), b.resblocks.size());
     for (size_t i = 0; i < a.resblocks.size(); ++i) {
       const std::string p = "resblock" + std::to_string(i);
@@ -156,15 +160,17 @@ void compare_loads(const AudioVaeWeights& h, const AudioVaeWeights& d) {
         conv(p + ".convs1." + std::to_string(m), x.convs1[m], y.convs1[m], true);
         conv(p + ".convs2." + std::to_string(m), x.convs2[m], y.convs2[m], true);
       }
-      for (size_t m = 0; m < x.acts.size(); ++m) act(p + ".act" + std::to_string(m), x.acts[m], y.acts[m]);
+      for (size_t m = 0; m < x.acts.size(); ++m)
+        act(p + ".act" + std::to_string(m), x.acts[m], y.acts[m]);
     }
     act("act_post", a.act_post, b.act_post);
     conv("conv_post", a.conv_post, b.conv_post, true);
   }
-  std::printf("[gpu audio VAE load] folded weights: %lld elements, %lld differ from the host load, "
-              "max %lld ulps (bound 1; expected 0); every other tensor exact\n",
-              static_cast<long long>(folded.count), static_cast<long long>(folded.differing),
-              static_cast<long long>(folded.max_ulps));
+  std::printf(
+      "[gpu audio VAE load] folded weights: %lld elements, %lld differ from the host load, "
+      "max %lld ulps (bound 1; expected 0); every other tensor exact\n",
+      static_cast<long long>(folded.count), static_cast<long long>(folded.differing),
+      static_cast<long long>(folded.max_ulps));
   EXPECT_LE(folded.max_ulps, 1);
 }
 
@@ -173,10 +179,10 @@ std::string golden_audio_vae_dir() {
   return g ? g->checkpoint_dir() + "/audio_vae" : std::string();
 }
 
-#define AUDIO_VAE_DIR_OR_SKIP(var)                                                           \
-  const std::string var = golden_audio_vae_dir();                                            \
-  if (var.empty()) {                                                                         \
-    if (test::golden_required()) FAIL() << "golden folder missing: " << test::golden_dir(); \
+#define AUDIO_VAE_DIR_OR_SKIP(var)                                                                 \
+  const std::string var = golden_audio_vae_dir();                                                  \
+  if (var.empty()) {                                                                               \
+    if (test::golden_required()) FAIL() << "golden folder missing: " << test::golden_dir();        \
     GTEST_SKIP() << "golden folder not found at " << test::golden_dir() << " (set H3_GOLDEN_DIR)"; \
   }
 
@@ -198,7 +204,8 @@ TEST(GpuAudioVaeLoad, DeviceLoadEqualsHostLoad) {
   compare_loads(load_audio_vae_weights(config, ckpt, host), d);
   // Decoder only: the encoder's tensors are not read.
   dev.load_encoder = host.load_encoder = false;
-  compare_loads(load_audio_vae_weights(config, ckpt, host), load_audio_vae_weights(config, ckpt, dev));
+  compare_loads(load_audio_vae_weights(config, ckpt, host),
+                load_audio_vae_weights(config, ckpt, dev));
   io::release_device_staging();
 }
 

@@ -24,6 +24,7 @@
 #include "models/h3_dit/dit_model.h"
 #include "ops/ops.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -31,11 +32,7 @@ namespace {
 #define H3_REQUIRE_CUDA() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine"
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
-}
+using test::same_bytes;
 
 Tensor ramp(int64_t rows, int64_t cols, float phase) {
   std::vector<float> v(static_cast<size_t>(rows * cols));
@@ -77,7 +74,7 @@ TEST(GpuCudaGraph, IndexChecksReportAfterTheReplay) {
   const Device dev = Device::cuda(0);
   const Tensor x = ramp(8, 4, 0.0f).to(dev);
   const Tensor bad = Tensor::from_i64({2, 8}, {2}).to(dev);  // 8 is past the 8 rows
-  EXPECT_THROW(ops::gather_rows(x, bad), Error);  // eager: at once
+  EXPECT_THROW(ops::gather_rows(x, bad), Error);             // eager: at once
   Tensor flag = Tensor::zeros({1}, DType::kI32, dev);
   Tensor out = Tensor::empty({2, 4}, DType::kF32, dev);
   const Stream stream = Stream::create(0, false);
@@ -110,32 +107,13 @@ TEST(GpuCudaGraph, UncapturableWorkFailsTheCaptureCleanly) {
   EXPECT_TRUE(same_bytes(out, ops::silu(x)));
 }
 
-dit::DitInputs inputs(const io::SafetensorsFile& f) {
-  dit::DitInputs in;
-  in.hidden_states = f.tensor("in.hidden_states");
-  in.audio_hidden_states = f.tensor("in.audio_hidden_states");
-  in.encoder_hidden_states = f.tensor("in.encoder_hidden_states");
-  in.timestep = f.tensor("in.timestep");
-  in.timestep_indices = f.tensor("in.timestep_indices");
-  in.token_tags = f.tensor("in.token_tags");
-  in.position_ids = f.tensor("in.position_ids");
-  in.video_indices = f.tensor("in.video_indices");
-  in.audio_indices = f.tensor("in.audio_indices");
-  in.text_indices = f.tensor("in.text_indices");
-  return in;
-}
-
 TEST(GpuDitGraph, StepsEqualEagerAndOutputsOutliveLaterReplays) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   const test::GoldenCase& c = cases.front();
   const auto f = c.open();
-  const dit::DitInputs in = inputs(*f);
-  std::string partition = "transformer";
-  if (c.entry.contains("meta") && c.entry["meta"].is_object() &&
-      c.entry["meta"].contains("transformer") && c.entry["meta"]["transformer"].is_string()) {
-    partition = c.entry["meta"]["transformer"].get<std::string>();
-  }
+  const dit::DitInputs in = test::read_dit_inputs(*f);
+  const std::string partition = test::dit_partition_of(c);
   dit::DitOptions o;
   o.device = Device::cuda(0);
   o.precision = dit::DitPrecision::kBF16;
@@ -152,7 +130,8 @@ TEST(GpuDitGraph, StepsEqualEagerAndOutputsOutliveLaterReplays) {
   std::vector<dit::DitOutputs> eager(kSteps);
   for (int k = 0; k < kSteps; ++k) {
     video[k] = ops::scale(in.hidden_states.to(DType::kF32), 1.0f + 0.25f * static_cast<float>(k));
-    audio[k] = ops::scale(in.audio_hidden_states.to(DType::kF32), 1.0f - 0.2f * static_cast<float>(k));
+    audio[k] =
+        ops::scale(in.audio_hidden_states.to(DType::kF32), 1.0f - 0.2f * static_cast<float>(k));
     eager[k] = model.forward(text, layout, video[k], audio[k], in.timestep, in.timestep_indices);
   }
   dit::DitStepRunner runner(model, text, layout);

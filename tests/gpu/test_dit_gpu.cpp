@@ -14,6 +14,7 @@
 
 #include "models/h3_dit/dit_model.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -23,14 +24,6 @@ namespace {
 
 constexpr double kCallBound = 2e-2;   // per DiT call (outputs)
 constexpr double kF32Bound = 1e-5;    // float32 engine bound
-
-std::string partition_of(const test::GoldenCase& c) {
-  const auto& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
-  if (meta.is_object() && meta.contains("transformer") && meta["transformer"].is_string()) {
-    return meta["transformer"].get<std::string>();
-  }
-  return "transformer";
-}
 
 const dit::DitModel& model(const std::string& partition, Device dev, dit::DitPrecision p,
                            dit::DitRounding r) {
@@ -47,21 +40,6 @@ const dit::DitModel& model(const std::string& partition, Device dev, dit::DitPre
     it = cache.emplace(key, std::make_unique<dit::DitModel>(dit::DitModel::load(dir, o))).first;
   }
   return *it->second;
-}
-
-dit::DitInputs inputs(const io::SafetensorsFile& f) {
-  dit::DitInputs in;
-  in.hidden_states = f.tensor("in.hidden_states");
-  in.audio_hidden_states = f.tensor("in.audio_hidden_states");
-  in.encoder_hidden_states = f.tensor("in.encoder_hidden_states");
-  in.timestep = f.tensor("in.timestep");
-  in.timestep_indices = f.tensor("in.timestep_indices");
-  in.token_tags = f.tensor("in.token_tags");
-  in.position_ids = f.tensor("in.position_ids");
-  in.video_indices = f.tensor("in.video_indices");
-  in.audio_indices = f.tensor("in.audio_indices");
-  in.text_indices = f.tensor("in.text_indices");
-  return in;
 }
 
 Tensor host(const Tensor& t) { return t.to(Device::cpu()).to(DType::kF32); }
@@ -88,14 +66,14 @@ TEST(GpuDitGolden, Bf16WithinThreeTimesEmulationFloor) {
   for (const test::GoldenCase& c : cases) {
     SCOPED_TRACE(c.file);
     const auto f = c.open();
-    const dit::DitInputs in = inputs(*f);
+    const dit::DitInputs in = test::read_dit_inputs(*f);
     dit::DitTrace cpu_tr, gpu_tr;
-    const dit::DitOutputs cpu_out =
-        model(partition_of(c), Device::cpu(), dit::DitPrecision::kBF16, dit::DitRounding::kEager)
-            .forward(in, &cpu_tr);
-    const dit::DitOutputs gpu_out =
-        model(partition_of(c), Device::cuda(0), dit::DitPrecision::kBF16, dit::DitRounding::kFused)
-            .forward(in, &gpu_tr);
+    const dit::DitOutputs cpu_out = model(test::dit_partition_of(c), Device::cpu(),
+                                          dit::DitPrecision::kBF16, dit::DitRounding::kEager)
+                                        .forward(in, &cpu_tr);
+    const dit::DitOutputs gpu_out = model(test::dit_partition_of(c), Device::cuda(0),
+                                          dit::DitPrecision::kBF16, dit::DitRounding::kFused)
+                                        .forward(in, &gpu_tr);
     const auto floors = named(*f, cpu_out, cpu_tr);
     const auto gpus = named(*f, gpu_out, gpu_tr);
     ASSERT_EQ(floors.size(), gpus.size());
@@ -123,9 +101,9 @@ TEST(GpuDitGolden, Float32PolicyMeetsFloat32Bound) {
     SCOPED_TRACE(c.file);
     const auto f = c.open();
     dit::DitTrace tr;
-    const dit::DitOutputs out =
-        model(partition_of(c), Device::cuda(0), dit::DitPrecision::kF32, dit::DitRounding::kEager)
-            .forward(inputs(*f), &tr);
+    const dit::DitOutputs out = model(test::dit_partition_of(c), Device::cuda(0),
+                                      dit::DitPrecision::kF32, dit::DitRounding::kEager)
+                                    .forward(test::read_dit_inputs(*f), &tr);
     std::printf("[gpu dit f32] %s\n", c.file.c_str());
     for (const auto& [name, t] : named(*f, out, tr)) {
       test::expect_close("  " + name, t, f->tensor(name), kF32Bound, kF32Bound);
@@ -137,10 +115,10 @@ TEST(GpuDitGolden, RepeatedRunsGiveIdenticalBytes) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   const auto f = cases.front().open();
-  const dit::DitModel& m = model(partition_of(cases.front()), Device::cuda(0),
+  const dit::DitModel& m = model(test::dit_partition_of(cases.front()), Device::cuda(0),
                                  dit::DitPrecision::kBF16, dit::DitRounding::kFused);
-  const Tensor a = host(m.forward(inputs(*f)).video);
-  const Tensor b = host(m.forward(inputs(*f)).video);
+  const Tensor a = host(m.forward(test::read_dit_inputs(*f)).video);
+  const Tensor b = host(m.forward(test::read_dit_inputs(*f)).video);
   ASSERT_EQ(a.nbytes(), b.nbytes());
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "two GPU runs differ";
 }

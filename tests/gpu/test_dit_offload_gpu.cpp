@@ -22,35 +22,13 @@
 #include "models/h3_dit/dit_model.h"
 #include "support/device_memory.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
 
 #define H3_REQUIRE_CUDA() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build/machine"
-
-std::string partition_of(const test::GoldenCase& c) {
-  const auto& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
-  if (meta.is_object() && meta.contains("transformer") && meta["transformer"].is_string()) {
-    return meta["transformer"].get<std::string>();
-  }
-  return "transformer";
-}
-
-dit::DitInputs inputs(const io::SafetensorsFile& f) {
-  dit::DitInputs in;
-  in.hidden_states = f.tensor("in.hidden_states");
-  in.audio_hidden_states = f.tensor("in.audio_hidden_states");
-  in.encoder_hidden_states = f.tensor("in.encoder_hidden_states");
-  in.timestep = f.tensor("in.timestep");
-  in.timestep_indices = f.tensor("in.timestep_indices");
-  in.token_tags = f.tensor("in.token_tags");
-  in.position_ids = f.tensor("in.position_ids");
-  in.video_indices = f.tensor("in.video_indices");
-  in.audio_indices = f.tensor("in.audio_indices");
-  in.text_indices = f.tensor("in.text_indices");
-  return in;
-}
 
 dit::DitModel load(const std::string& partition, bool offload, dit::DitPrecision p,
                    std::optional<int64_t> resident_blocks = std::nullopt) {
@@ -132,7 +110,7 @@ void check_partition(const std::string& partition, const std::vector<test::Golde
   // Measured with the resident model loaded and run once, so that lazily loaded kernels and
   // library handles are already in place and only the new model's allocations count.
   const auto f0 = cases.front().open();
-  (void)resident.forward(inputs(*f0));
+  (void)resident.forward(test::read_dit_inputs(*f0));
   const uint64_t before = pool_used_bytes();
   const dit::DitModel offloaded = load(partition, true, precision);
   const uint64_t after = pool_used_bytes();
@@ -162,11 +140,11 @@ void check_partition(const std::string& partition, const std::vector<test::Golde
   }
 
   for (const test::GoldenCase& c : cases) {
-    if (partition_of(c) != partition) continue;
+    if (test::dit_partition_of(c) != partition) continue;
     SCOPED_TRACE(c.file);
     std::printf(" %s\n", c.file.c_str());
     const auto f = c.open();
-    const dit::DitInputs in = inputs(*f);
+    const dit::DitInputs in = test::read_dit_inputs(*f);
     const dit::DitOutputs ref = resident.forward(in);
     for (int run = 0; run < 2; ++run) {  // the second run reuses the slots
       const dit::DitOutputs got = offloaded.forward(in);
@@ -180,14 +158,14 @@ TEST(GpuDitOffload, Bf16BitIdenticalToResidentAndSmaller) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   std::set<std::string> partitions;
-  for (const test::GoldenCase& c : cases) partitions.insert(partition_of(c));
+  for (const test::GoldenCase& c : cases) partitions.insert(test::dit_partition_of(c));
   for (const std::string& p : partitions) check_partition(p, cases, dit::DitPrecision::kBF16);
 }
 
 TEST(GpuDitOffload, F32BitIdenticalToResident) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
-  check_partition(partition_of(cases.front()), cases, dit::DitPrecision::kF32);
+  check_partition(test::dit_partition_of(cases.front()), cases, dit::DitPrecision::kF32);
 }
 
 // The packed bytes of each main block in the run dtype: what a block occupies pinned and in a slot.
@@ -209,14 +187,14 @@ void check_partial(const std::string& partition, const std::vector<test::GoldenC
   const std::vector<uint64_t> packed = packed_block_bytes(resident.weights());
   std::vector<const test::GoldenCase*> mine;
   for (const test::GoldenCase& c : cases) {
-    if (partition_of(c) == partition) mine.push_back(&c);
+    if (test::dit_partition_of(c) == partition) mine.push_back(&c);
   }
   ASSERT_FALSE(mine.empty());
   std::vector<dit::DitInputs> in;
   std::vector<dit::DitOutputs> ref;
   for (const test::GoldenCase* c : mine) {
     const auto f = c->open();
-    in.push_back(inputs(*f));
+    in.push_back(test::read_dit_inputs(*f));
     ref.push_back(resident.forward(in.back()));
   }
   std::set<int64_t> counts = {0, 1, num - 1, num};
@@ -261,14 +239,14 @@ TEST(GpuDitStream, PartialResidencyBf16BitIdenticalToResident) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
   std::set<std::string> partitions;
-  for (const test::GoldenCase& c : cases) partitions.insert(partition_of(c));
+  for (const test::GoldenCase& c : cases) partitions.insert(test::dit_partition_of(c));
   for (const std::string& p : partitions) check_partial(p, cases, dit::DitPrecision::kBF16);
 }
 
 TEST(GpuDitStream, PartialResidencyF32BitIdenticalToResident) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
-  check_partial(partition_of(cases.front()), cases, dit::DitPrecision::kF32);
+  check_partial(test::dit_partition_of(cases.front()), cases, dit::DitPrecision::kF32);
 }
 
 // Dropping a streamed model gives back its pinned host memory and its device memory (blocks,
@@ -276,9 +254,9 @@ TEST(GpuDitStream, PartialResidencyF32BitIdenticalToResident) {
 TEST(GpuDitStream, DroppingTheModelFreesPinnedAndDeviceMemory) {
   H3_REQUIRE_CUDA();
   H3_GOLDEN_CASES_OR_SKIP(cases, "dit");
-  const std::string partition = partition_of(cases.front());
+  const std::string partition = test::dit_partition_of(cases.front());
   const auto f = cases.front().open();
-  const dit::DitInputs in = inputs(*f);
+  const dit::DitInputs in = test::read_dit_inputs(*f);
   {
     // Library handles and lazily loaded kernels first, so that only the model's memory counts.
     const dit::DitModel warm = load(partition, false, dit::DitPrecision::kBF16);

@@ -11,14 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
 #include "golden/test_e2e_common.h"
+#include "support/golden_checks.h"
 #include "support/scoped_env.h"
 
 namespace h3 {
@@ -130,13 +131,6 @@ GraphRun run_graphs(const test::GoldenCase& c, const io::SafetensorsFile& f, boo
   return g;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
-}
-
 TEST(E2eGpu, CudaGraphsBitIdenticalToEager) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   H3_GOLDEN_CASES_OR_SKIP(all, "e2e");
@@ -154,7 +148,8 @@ TEST(E2eGpu, CudaGraphsBitIdenticalToEager) {
       EXPECT_EQ(eager.values.value("cuda_graphs", std::string()), "off: H3_CUDA_GRAPHS=0");
       EXPECT_EQ(graphed.values.value("cuda_graphs", std::string()), "on");
       std::printf("%s (%s): %lld steps, graphs captured %lld, replayed %lld, capture %.1f ms\n",
-                  c.file.c_str(), dit::attention_backend_name(backend), static_cast<long long>(steps),
+                  c.file.c_str(), dit::attention_backend_name(backend),
+                  static_cast<long long>(steps),
                   static_cast<long long>(graphed.values.value("cuda_graph_captures", int64_t{0})),
                   static_cast<long long>(graphed.values.value("cuda_graph_replays", int64_t{0})),
                   graphed.values.value("cuda_graph_capture_ms", 0.0));
@@ -164,13 +159,15 @@ TEST(E2eGpu, CudaGraphsBitIdenticalToEager) {
       EXPECT_EQ(graphed.values.value("cuda_graph_replays", int64_t{0}), steps - 1);
       ASSERT_EQ(graphed.video_steps.size(), eager.video_steps.size());
       for (int64_t i = 0; i < steps; ++i) {
-        EXPECT_TRUE(same_bytes(graphed.video_steps[i], eager.video_steps[i])) << "video rows, step " << i;
-        EXPECT_TRUE(same_bytes(graphed.audio_steps[i], eager.audio_steps[i])) << "audio rows, step " << i;
+        EXPECT_TRUE(test::same_bytes(graphed.video_steps[i], eager.video_steps[i]))
+            << "video rows, step " << i;
+        EXPECT_TRUE(test::same_bytes(graphed.audio_steps[i], eager.audio_steps[i]))
+            << "audio rows, step " << i;
       }
-      EXPECT_TRUE(same_bytes(graphed.result.latents, eager.result.latents));
-      EXPECT_TRUE(same_bytes(graphed.result.audio_latents, eager.result.audio_latents));
-      EXPECT_TRUE(same_bytes(graphed.result.frames_float, eager.result.frames_float));
-      EXPECT_TRUE(same_bytes(graphed.result.audio, eager.result.audio));
+      EXPECT_TRUE(test::same_bytes(graphed.result.latents, eager.result.latents));
+      EXPECT_TRUE(test::same_bytes(graphed.result.audio_latents, eager.result.audio_latents));
+      EXPECT_TRUE(test::same_bytes(graphed.result.frames_float, eager.result.frames_float));
+      EXPECT_TRUE(test::same_bytes(graphed.result.audio, eager.result.audio));
     }
     ++runs;
   }

@@ -21,6 +21,7 @@
 #include "ops/ops.h"
 #include "ops/vsa.h"
 #include "support/golden.h"
+#include "support/golden_checks.h"
 
 namespace h3 {
 namespace {
@@ -150,21 +151,6 @@ TEST(GpuVsaGolden, MatchesCpuOracleOnGoldenInputs) {
   }
 }
 
-dit::DitInputs read_inputs(const io::SafetensorsFile& f) {
-  dit::DitInputs in;
-  in.hidden_states = f.tensor("hidden_states");
-  in.audio_hidden_states = f.tensor("audio_hidden_states");
-  in.encoder_hidden_states = f.tensor("encoder_hidden_states");
-  in.timestep = f.tensor("timestep");
-  in.timestep_indices = f.tensor("timestep_indices");
-  in.token_tags = f.tensor("token_tags");
-  in.position_ids = f.tensor("position_ids");
-  in.video_indices = f.tensor("video_indices");
-  in.audio_indices = f.tensor("audio_indices");
-  in.text_indices = f.tensor("text_indices");
-  return in;
-}
-
 struct AbsMetrics {
   double max_abs = INFINITY, mean_abs = INFINITY;
 };
@@ -201,7 +187,7 @@ TEST(GpuVsaGolden, FastH3DitOnCuda) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
     const auto file = io::SafetensorsFile::open(vsa_path(c["file"].get<std::string>()));
-    const dit::DitInputs in = read_inputs(*file);
+    const dit::DitInputs in = test::read_dit_inputs(*file, "");
     for (const auto& [run_name, run] : c["runs"].items()) {
       if (!run.contains("VSA_sparsity")) continue;  // the dense run is the DiT GPU test's business
       SCOPED_TRACE(run_name);
@@ -246,12 +232,6 @@ TEST(GpuVsaGolden, FastH3DitOnCuda) {
   EXPECT_GE(runs, 1);
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
-}
-
 // The FastH3 DiT's step loop as CUDA graphs (models/h3_dit/dit_graph.h): the VSA path (tile
 // reordering, scores, top-k, the fine kernel) recorded and replayed gives the eager forward's
 // bits at every step, with different latents per step.
@@ -261,7 +241,7 @@ TEST(GpuVsaGolden, DitStepGraphsEqualEager) {
   ASSERT_TRUE((*manifest)["cases"].contains("dit")) << "VSA manifest has no cases.dit";
   const json& c = (*manifest)["cases"]["dit"][0];
   const auto file = io::SafetensorsFile::open(vsa_path(c["file"].get<std::string>()));
-  const dit::DitInputs in = read_inputs(*file);
+  const dit::DitInputs in = test::read_dit_inputs(*file, "");
   dit::DitOptions opt;
   opt.device = Device::cuda(0);
   opt.precision = dit::DitPrecision::kBF16;
@@ -269,7 +249,8 @@ TEST(GpuVsaGolden, DitStepGraphsEqualEager) {
   opt.attention = dit::DitAttentionBackend::kVsa;
   opt.vsa.sparsity = 0.5;
   opt.vsa.dense_first_steps = 1;  // step 0 dense, the rest sparse: two shapes of graph keys
-  const dit::DitModel model = dit::DitModel::load(vsa_path(c["checkpoint"].get<std::string>()), opt);
+  const dit::DitModel model =
+      dit::DitModel::load(vsa_path(c["checkpoint"].get<std::string>()), opt);
   const dit::DitTextContext text = model.encode_text(in.encoder_hidden_states);
   const dit::DitLayout layout = model.make_layout(in.position_ids, in.token_tags, in.video_indices,
                                                   in.audio_indices, in.text_indices);
@@ -284,14 +265,15 @@ TEST(GpuVsaGolden, DitStepGraphsEqualEager) {
   dit::DitStepRunner runner(model, text, layout);
   ASSERT_EQ(runner.graphs_state(), "on");
   for (int k = 0; k < kSteps; ++k) {
-    graphed.push_back(runner.forward(video[k], in.audio_hidden_states, in.timestep, in.timestep_indices, k));
+    graphed.push_back(
+        runner.forward(video[k], in.audio_hidden_states, in.timestep, in.timestep_indices, k));
   }
   // Step 0 (dense) runs eagerly; step 1 captures the sparse shape; steps 1-4 replay it.
   EXPECT_EQ(runner.captures(), 1);
   EXPECT_EQ(runner.replays(), kSteps - 1);
   for (int k = 0; k < kSteps; ++k) {
-    EXPECT_TRUE(same_bytes(graphed[k].video, eager[k].video)) << "video, step " << k;
-    EXPECT_TRUE(same_bytes(graphed[k].audio, eager[k].audio)) << "audio, step " << k;
+    EXPECT_TRUE(test::same_bytes(graphed[k].video, eager[k].video)) << "video, step " << k;
+    EXPECT_TRUE(test::same_bytes(graphed[k].audio, eager[k].audio)) << "audio, step " << k;
   }
 }
 

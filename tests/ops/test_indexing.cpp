@@ -142,7 +142,9 @@ void add_copy_into(const Shape& shape, std::vector<int> perm, DType t) {
     h3::ops::copy_into(dst, src);
     return dst;
   };
-  c.reference = [=](const std::vector<Tensor>& in) { return f64(in[0].permute(perm).contiguous()); };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    return f64(in[0].permute(perm).contiguous());
+  };
   register_case(std::move(c));
 }
 

@@ -157,7 +157,8 @@ void add_weight_norm(const Shape& v_shape, DType t) {
     for (int64_t r = 0; r < rows; ++r) {
       double ss = 0;
       for (int64_t i = 0; i < inner; ++i) ss += v[r * inner + i] * v[r * inner + i];
-      for (int64_t i = 0; i < inner; ++i) y[r * inner + i] = v[r * inner + i] * g[r] / std::sqrt(ss);
+      for (int64_t i = 0; i < inner; ++i)
+        y[r * inner + i] = v[r * inner + i] * g[r] / std::sqrt(ss);
     }
     return y;
   };
@@ -165,11 +166,11 @@ void add_weight_norm(const Shape& v_shape, DType t) {
 }
 
 void add_cases() {
-  add_weight_norm({24, 16, 7}, DType::kF32);   // Conv1d [out, in, k]
-  add_weight_norm({16, 8, 9}, DType::kF32);    // ConvTranspose1d [in, out, k]: norm per input channel
-  add_weight_norm({1, 64, 7}, DType::kF32);    // conv_post: one output channel
+  add_weight_norm({24, 16, 7}, DType::kF32);  // Conv1d [out, in, k]
+  add_weight_norm({16, 8, 9}, DType::kF32);  // ConvTranspose1d [in, out, k]: norm per input channel
+  add_weight_norm({1, 64, 7}, DType::kF32);  // conv_post: one output channel
   add_weight_norm({5, 3, 1}, DType::kF32);
-  add_weight_norm({3, 1024, 11}, DType::kF32); // long slices: every thread of a block accumulates
+  add_weight_norm({3, 1024, 11}, DType::kF32);  // long slices: every thread of a block accumulates
   add_weight_norm({12, 10, 3}, DType::kBF16);
   for (DType t : {DType::kF32, DType::kBF16}) {
     add_rms({13, 96}, t, true, 1e-5f);      // DiT block norm (hidden 96)

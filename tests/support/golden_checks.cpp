@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace h3::test {
@@ -106,6 +106,36 @@ int reference_count(const io::SafetensorsFile& f) {
     }
   }
   return count;
+}
+
+std::string dit_partition_of(const GoldenCase& c) {
+  const auto& meta = c.entry.contains("meta") ? c.entry["meta"] : nlohmann::json::object();
+  if (meta.is_object() && meta.contains("transformer") && meta["transformer"].is_string()) {
+    return meta["transformer"].get<std::string>();
+  }
+  return "transformer";
+}
+
+dit::DitInputs read_dit_inputs(const io::SafetensorsFile& f, const std::string& prefix) {
+  dit::DitInputs in;
+  in.hidden_states = f.tensor(prefix + "hidden_states");
+  in.audio_hidden_states = f.tensor(prefix + "audio_hidden_states");
+  in.encoder_hidden_states = f.tensor(prefix + "encoder_hidden_states");
+  in.timestep = f.tensor(prefix + "timestep");
+  in.timestep_indices = f.tensor(prefix + "timestep_indices");
+  in.token_tags = f.tensor(prefix + "token_tags");
+  in.position_ids = f.tensor(prefix + "position_ids");
+  in.video_indices = f.tensor(prefix + "video_indices");
+  in.audio_indices = f.tensor(prefix + "audio_indices");
+  in.text_indices = f.tensor(prefix + "text_indices");
+  return in;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
 
 }  // namespace h3::test

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "models/h3_dit/dit_model.h"
 #include "support/golden.h"
 
 namespace h3::test {
@@ -34,6 +35,17 @@ std::string missing_tensors(const io::SafetensorsFile& f, const std::vector<std:
 // `input_reference_{k}_*` or `normalized_reference_{k}_*` tensor (0 when none), so that a loop over
 // references neither stops at a fixed count nor assumes which kind comes first.
 int reference_count(const io::SafetensorsFile& f);
+
+// The DiT partition a `dit` case was made with: its meta's `transformer` ("transformer" when the
+// manifest does not say).
+std::string dit_partition_of(const GoldenCase& c);
+
+// A DiT case's inputs in the reference's argument form: tensors `<prefix>hidden_states`, ... (the
+// golden `dit` cases use "in.", the VSA cases none).
+dit::DitInputs read_dit_inputs(const io::SafetensorsFile& f, const std::string& prefix = "in.");
+
+// Whether two tensors (any devices) have the same shape, dtype and bytes.
+bool same_bytes(const Tensor& a, const Tensor& b);
 
 }  // namespace h3::test
 

@@ -28,8 +28,9 @@ Tensor fold_weight_norm(const Tensor& g, const Tensor& v) {
            "fold_weight_norm: weight_g ", g.desc(), " and weight_v ", v.desc(), " must be float");
   H3_CHECK(g.device() == v.device(), ErrorCode::kInvalidArgument, "fold_weight_norm: weight_g ",
            g.desc(), " and weight_v ", v.desc(), " must be on one device");
-  const Tensor vf = v.dtype() == DType::kF32 ? v : v.device().is_cuda() ? ops::cast(v, DType::kF32)
-                                                                         : v.to(DType::kF32);
+  const Tensor vf = v.dtype() == DType::kF32 ? v
+                    : v.device().is_cuda()   ? ops::cast(v, DType::kF32)
+                                             : v.to(DType::kF32);
   return ops::weight_norm(g, vf);
 }
 
@@ -63,10 +64,14 @@ class Builder {
   Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
 
   // CUDA: reads `names` onto the device in one pass; later requests for them take these copies.
-  void preload(const std::vector<std::string>& names) { preload_to(names, policy_.device, preloaded_); }
+  void preload(const std::vector<std::string>& names) {
+    preload_to(names, policy_.device, preloaded_);
+  }
   // The filters, read on the host through the loader too, so that the component's bytes read
   // (io::device_load_totals) count them; before the device pass, which names the load's method.
-  void preload_host(const std::vector<std::string>& names) { preload_to(names, Device::cpu(), host_); }
+  void preload_host(const std::vector<std::string>& names) {
+    preload_to(names, Device::cpu(), host_);
+  }
 
   // A stored tensor as float32 of `shape` (reshaped from the stored shape when the element count
   // agrees, e.g. Snake alphas [1, C, 1] -> [C]), on the device.
@@ -92,7 +97,8 @@ class Builder {
   // The attention's bias [q_bias | zero_k_bias | v_bias] (§3.3): the stored zero key bias is used
   // as stored, like every other buffer.
   Tensor qkv_bias(int64_t ld) const {
-    const char* names[3] = {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias", "pre_block.attn.v_bias"};
+    const char* names[3] = {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias",
+                            "pre_block.attn.v_bias"};
     if (on_device()) {
       std::vector<Tensor> parts;
       for (const char* name : names) parts.push_back(device_f32(name, {ld}));
@@ -124,7 +130,8 @@ class Builder {
     if (!on_device()) return;
     std::vector<Tensor*> filters;
     for (AmpBlockWeights& amp : d.resblocks)
-      for (ActivationWeights& a : amp.acts) filters.insert(filters.end(), {&a.up_filter, &a.down_filter});
+      for (ActivationWeights& a : amp.acts)
+        filters.insert(filters.end(), {&a.up_filter, &a.down_filter});
     filters.insert(filters.end(), {&d.act_post.up_filter, &d.act_post.down_filter});
     constexpr int64_t kAlign = 256 / sizeof(float);
     std::vector<int64_t> offsets;
@@ -150,10 +157,7 @@ class Builder {
   Tensor host(const std::string& name, const Shape& shape) const {
     const auto it = host_.find(name);
     Tensor t = it != host_.end() ? it->second : ckpt_.has(name) ? ckpt_.tensor(name) : Tensor();
-    return stored(name, shape, std::move(t))
-        .to(DType::kF32)
-        .contiguous()
-        .reshape(shape);
+    return stored(name, shape, std::move(t)).to(DType::kF32).contiguous().reshape(shape);
   }
 
  private:
@@ -244,7 +248,7 @@ class Builder {
   const io::Checkpoint& ckpt_;
   const AudioVaeWeightPolicy& policy_;
   mutable std::map<std::string, Tensor> preloaded_;  // on the device, taken out as used
-  std::map<std::string, Tensor> host_;                // the filters of a device load
+  std::map<std::string, Tensor> host_;               // the filters of a device load
   mutable int64_t filters_differing_ = 0;
   mutable double worst_filter_difference_ = 0.0;
 };

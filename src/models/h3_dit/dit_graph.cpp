@@ -43,7 +43,8 @@ struct DitStepRunner::Impl {
   double capture_ms = 0.0;
   size_t nodes = 0;
 
-  Impl(const DitModel& m, const DitTextContext& t, const DitLayout& l) : model(m), text(t), layout(l) {}
+  Impl(const DitModel& m, const DitTextContext& t, const DitLayout& l)
+      : model(m), text(t), layout(l) {}
 
   bool on() const { return state == "on"; }
 
@@ -53,7 +54,8 @@ struct DitStepRunner::Impl {
     k << in.video_rows.size(0) << ':' << in.audio_rows.size(0) << ':' << in.sinusoid.size(0) << ':'
       << dtype_name(in.video_rows.dtype()) << dtype_name(in.audio_rows.dtype());
     if (model.options().attention == DitAttentionBackend::kVsa) {
-      for (int64_t b = 0; b < model.config().num_layers; ++b) k << ':' << model.vsa_sparsity_for(b, step_index);
+      for (int64_t b = 0; b < model.config().num_layers; ++b)
+        k << ':' << model.vsa_sparsity_for(b, step_index);
     }
     return k.str();
   }
@@ -65,8 +67,10 @@ struct DitStepRunner::Impl {
     e.in.sinusoid = empty_like(in.sinusoid);
     e.in.adaln_rows = empty_like(in.adaln_rows);
     e.in.t_rows = empty_like(in.t_rows);
-    e.out_video = Tensor::empty({in.video_rows.size(0), model.config().video_patch_dim()}, DType::kF32, dev);
-    e.out_audio = Tensor::empty({in.audio_rows.size(0), model.config().audio_in_channels}, DType::kF32, dev);
+    e.out_video =
+        Tensor::empty({in.video_rows.size(0), model.config().video_patch_dim()}, DType::kF32, dev);
+    e.out_audio =
+        Tensor::empty({in.audio_rows.size(0), model.config().audio_in_channels}, DType::kF32, dev);
     // The graph's activations come from the driver's graph pool, not from the device pool that
     // still caches the eager forward's: hand that back first, or the two would hold a forward's
     // working memory each.
@@ -77,7 +81,8 @@ struct DitStepRunner::Impl {
       ops::copy_into(e.out_video, o.video);
       ops::copy_into(e.out_audio, o.audio);
     });
-    capture_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    capture_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++captures;
     nodes += e.graph.num_nodes();
   }
@@ -106,7 +111,8 @@ struct DitStepRunner::Impl {
   }
 };
 
-DitStepRunner::DitStepRunner(const DitModel& model, const DitTextContext& text, const DitLayout& layout)
+DitStepRunner::DitStepRunner(const DitModel& model, const DitTextContext& text,
+                             const DitLayout& layout)
     : impl_(std::make_unique<Impl>(model, text, layout)) {
   const char* env = std::getenv("H3_CUDA_GRAPHS");
   const Device dev = model.options().device;

@@ -2,8 +2,8 @@
 //
 // A forward issues a few thousand kernels whose shapes and addresses repeat from step to step; a
 // graph records them once and launches them with one call, so the CPU never sits between two
-// kernels. DitStepRunner::forward() is DitModel::forward() with the same inputs and outputs, bit for
-// bit (the same kernels on the same data), and runs eagerly wherever graphs do not apply:
+// kernels. DitStepRunner::forward() is DitModel::forward() with the same inputs and outputs, bit
+// for bit (the same kernels on the same data), and runs eagerly wherever graphs do not apply:
 //   - the runner's first forward runs eagerly: it builds what the ops create lazily and must
 //     exist before a capture (VSA index tables, the attention kernels' probe, cuBLAS handles);
 //   - every later forward replays the graph of its shape (row counts, number of distinct
@@ -44,7 +44,7 @@ class DitStepRunner {
   const std::string& graphs_state() const;
   int64_t captures() const;
   int64_t replays() const;
-  double capture_ms() const;  // host time spent recording and instantiating
+  double capture_ms() const;   // host time spent recording and instantiating
   size_t graph_nodes() const;  // nodes of the graphs captured so far
 
  private:

@@ -508,17 +508,16 @@ DitOutputs DitModel::forward(const DitTextContext& text, const DitLayout& layout
 }
 
 DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layout,
-                              const DitStepInputs& in, DitTrace* trace,
-                              int64_t step_index) const {
+                              const DitStepInputs& in, DitTrace* trace, int64_t step_index) const {
   const DitConfig& c = config_;
   const int64_t s = layout.seq_len;
   const int64_t d = c.hidden_size;
   const Device dev = options_.device;
   const Tensor& adaln_rows = in.adaln_rows;
   const Tensor& t_rows = in.t_rows;
-  const Tensor temb = ops::linear(
-      ops::silu(ops::linear(in.sinusoid, weights_.time_1_w, &weights_.time_1_b)),
-      weights_.time_2_w, &weights_.time_2_b);
+  const Tensor temb =
+      ops::linear(ops::silu(ops::linear(in.sinusoid, weights_.time_1_w, &weights_.time_1_b)),
+                  weights_.time_2_w, &weights_.time_2_b);
   if (trace) trace->temb = temb;
   // §2.7 / §8 item 4: SiLU on the float32 temb, then one cast to the model dtype.
   const Tensor temb_act = ops::cast(ops::silu(temb), act_);

@@ -1,5 +1,6 @@
-// rms_norm, layer_norm, group_norm, weight_norm: statistics accumulated in float64 (torch's float32 reductions
-// are pairwise and land within an ulp of the exact value), normalization in float32, one rounding.
+// rms_norm, layer_norm, group_norm, weight_norm: statistics accumulated in float64 (torch's float32
+// reductions are pairwise and land within an ulp of the exact value), normalization in float32, one
+// rounding.
 #include <cmath>
 #include <vector>
 
