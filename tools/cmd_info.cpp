@@ -127,6 +127,7 @@ void print_text(const h3::models::RepositoryReport& r) {
 namespace h3::cli {
 int run_info_vsa(const std::vector<std::string>& args);
 int run_info_plan(const std::vector<std::string>& args);
+int run_info_lora(const std::vector<std::string>& args);
 }  // namespace h3::cli
 
 namespace {
@@ -135,6 +136,7 @@ int run_info(const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a == "--vsa") return h3::cli::run_info_vsa(args);
     if (a == "--plan") return h3::cli::run_info_plan(args);
+    if (a == "--lora") return h3::cli::run_info_lora(args);
   }
   std::string path;
   bool as_json = false;
@@ -143,7 +145,8 @@ int run_info(const std::vector<std::string>& args) {
       std::printf(
           "usage: h3 info PATH [--json]\n"
           "       h3 info --vsa [...]   (VSA-H3 tiling of a request; h3 info --vsa --help)\n"
-          "       h3 info --plan PATH [...]   (memory plan of a request; h3 info --plan --help)\n\n"
+          "       h3 info --plan PATH [...]   (memory plan of a request; h3 info --plan --help)\n"
+          "       h3 info --lora FILE [...]   (what a LoRA adapter changes; h3 info --lora --help)\n\n"
           "Checks a MiniMax-H3 repository: the index, every component's config, every weight\n"
           "file's header and each checkpoint against its tensor schema. Prints components,\n"
           "parameter counts and bytes by dtype. Exit status 0 when no error was found.\n\n"

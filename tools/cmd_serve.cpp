@@ -38,7 +38,11 @@ void print_help() {
       "  --steps N                default sigma-grid points of a job\n"
       "  --attention A            dense or vsa; --vsa-tile-size, --vsa-sparsity, --vsa-mode,\n"
       "                           --vsa-dense-layers, --vsa-dense-first-steps as in h3 generate\n"
-      "  --sequential-load, --no-sequential-load, --cpu-offload   as in h3 generate\n");
+      "  --sequential-load, --no-sequential-load, --cpu-offload   as in h3 generate\n"
+      "  --lora-dir DIR           LoRA adapters a request may name in its \"loras\" field\n"
+      "                           ([\"name.safetensors:0.8\"] or [{\"name\", \"scale\"}]): every\n"
+      "                           *.safetensors in DIR, checked at start\n"
+      "  --lora-mode M, --lora-allow-unmatched   as in h3 generate\n");
 }
 
 #if H3_WITH_SERVE
@@ -50,6 +54,7 @@ struct ServeFlags {
   std::string max_body_mb = "64";
   std::string api_key;
   bool have_key = false;
+  std::string lora_dir;
 };
 
 int serve_flag(const std::string& flag, const std::string* value, void* ctx) {
@@ -60,6 +65,7 @@ int serve_flag(const std::string& flag, const std::string* value, void* ctx) {
   if (flag == "--data") target = &s.data;
   if (flag == "--max-queue") target = &s.max_queue;
   if (flag == "--max-body-mb") target = &s.max_body_mb;
+  if (flag == "--lora-dir") target = &s.lora_dir;
   if (flag == "--api-key") {
     target = &s.api_key;
     s.have_key = true;
@@ -68,7 +74,7 @@ int serve_flag(const std::string& flag, const std::string* value, void* ctx) {
   static const char* const kJobFlags[] = {
       "--prompt",     "--image",        "--last-image", "--ref",  "--out",
       "--num-frames", "--height",       "--width",      "--seed", "--repeat",
-      "--receipt",    "--save-latents", "--workflow"};
+      "--receipt",    "--save-latents", "--workflow", "--lora"};
   for (const char* f : kJobFlags)
     H3_CHECK(flag != f, ErrorCode::kInvalidArgument, flag,
              " is a per-job setting; send it with each POST /v1/videos (see h3 serve --help)");
@@ -121,6 +127,8 @@ int run_serve(const std::vector<std::string>& args) {
   f.engine.device = h3::parse_device(f.device_text);
   o.engine = f.engine;
   o.settings = f.settings;
+  o.lora_dir = s.lora_dir;
+  o.lora_allow_unmatched = f.lora_allow_unmatched;
   o.on_listening = [&](const std::string& host, int port) {
     std::printf("h3 serve: listening on http://%s:%d (model %s, data %s%s)\n", host.c_str(), port,
                 o.model_dir.c_str(), o.data_dir.c_str(),

@@ -148,7 +148,15 @@ const char* generate_flags_help() {
       "  --progress               progress on stderr even when it is not a terminal\n"
       "  --no-stream              decode the whole video, then encode the MP4 (default: encode\n"
       "                           each window's frames while the next one decodes; same bytes)\n"
-      "  --allow-any-duration     skip the 5-15 s duration check (small test runs)\n";
+      "  --allow-any-duration     skip the 5-15 s duration check (small test runs)\n"
+      "  --lora FILE[:SCALE]      LoRA adapter for the transformer (repeatable, scale default 1):\n"
+      "                           diffusers/PEFT, kohya, musubi, ai-toolkit/ComfyUI (original\n"
+      "                           names), DiffSynth, and .diff/.set_weight payloads; one that sets\n"
+      "                           the FastH3 gates turns on the fasth3 preset\n"
+      "  --lora-mode M            fused (folded into the weights at load; default) or runtime\n"
+      "                           (an extra low-rank GEMM pair per adapted layer)\n"
+      "  --lora-allow-unmatched   skip (and list) adapter tensors that match no module instead of\n"
+      "                           refusing the file\n";
 }
 
 std::string with_seed(const std::string& path, uint64_t seed, bool tag) {
@@ -181,6 +189,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
     }
     if (a == "--cpu-offload") {
       eo.cpu_offload = true;
+      continue;
+    }
+    if (a == "--lora-allow-unmatched") {
+      f.lora_allow_unmatched = true;
       continue;
     }
     if (a == "--no-stream") {
@@ -263,6 +275,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
     } else if (a == "--vsa-dense-first-steps") {
       eo.vsa.dense_first_steps = parse_int(a, v, 0);
       vsa_flag = true;
+    } else if (a == "--lora") {
+      f.lora_specs.push_back(h3::dit::parse_lora_spec(v));
+    } else if (a == "--lora-mode") {
+      eo.lora_mode = h3::dit::parse_lora_mode(v);
     } else if (a == "--receipt") {
       f.receipt_path = v;
     } else if (a == "--save-latents") {
@@ -290,6 +306,9 @@ pl::ResolvedSettings finish_generate_flags(GenerateFlags& f) {
   if (!f.have_frames && req.workflow == "fl2va") req.num_frames = 192;
   // The preset the checkpoint declares, refined by the flags (headers and small files only).
   const io::Repository repo = io::Repository::open(f.model_dir);
+  // Adapters are read and checked now, before any weight: a bad file fails in seconds.
+  f.engine.loras = pl::read_loras(repo, f.lora_specs, f.lora_allow_unmatched);
+  f.settings.adapter_gates = pl::lora_gates_source(f.engine.loras);
   const pl::ResolvedSettings s = pl::resolve_settings(repo, req.workflow, f.settings);
   req.num_inference_steps = s.steps;
   f.engine.attention = s.attention;

@@ -21,6 +21,8 @@ struct GenerateFlags {
   std::string device_text = "cpu";
   std::string first_image_path, last_image_path;
   std::vector<std::string> ref_specs;
+  std::vector<h3::dit::LoraSpec> lora_specs;
+  bool lora_allow_unmatched = false;
   pipeline::GenerateRequest request;
   pipeline::EngineOptions engine;
   pipeline::SettingOverrides settings;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/cuda_stream.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "io/device_loader.h"
@@ -74,6 +75,28 @@ uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<EngineLora> read_loras(const io::Repository& repo, const std::vector<dit::LoraSpec>& specs,
+                                   bool allow_unmatched) {
+  std::vector<EngineLora> out;
+  if (specs.empty()) return out;
+  const std::string component = repo.has("transformer") ? "transformer" : "transformer_ref";
+  H3_CHECK(repo.has(component), ErrorCode::kNotFound, "--lora: repository ", repo.root(),
+           " has no transformer to apply adapters to");
+  const dit::DitConfig config = dit::DitConfig::load(repo.component(component).folder);
+  dit::LoraReadOptions ro;
+  ro.allow_unmatched = allow_unmatched;
+  for (const dit::LoraSpec& spec : specs) {
+    out.push_back({spec, std::make_shared<const dit::LoraAdapter>(dit::read_lora(spec.file, config, ro))});
+  }
+  return out;
+}
+
+std::optional<std::string> lora_gates_source(const std::vector<EngineLora>& loras) {
+  for (const EngineLora& l : loras)
+    if (l.adapter->sets_vsa_gates && l.spec.scale != 0.0f) return l.spec.file;
+  return std::nullopt;
+}
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : model_dir_(model_dir), options_(options), loaded_(std::make_unique<Loaded>()) {
@@ -166,7 +189,48 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;
   meter.done(options_.device);
+  apply_loras(*l.transformer, reference, rc);
   return *l.transformer;
+}
+
+void Engine::apply_loras(dit::DitModel& model, bool reference, Receipt& rc) {
+  if (options_.loras.empty()) {
+    if (model.has_loras()) model.remove_loras();
+    rc.set("lora", "none");
+    return;
+  }
+  std::vector<dit::ScaledLora> set;
+  for (const EngineLora& l : options_.loras) set.push_back({l.adapter.get(), l.spec.scale});
+  {
+    auto stage = rc.stage("apply lora");
+    model.apply_loras(set, options_.lora_mode, options_.lora_restorable,
+                      reference ? "transformer_ref" : "transformer");
+    // The fuse is queued on the default stream; the stage's time is its completion.
+    if (options_.device.is_cuda()) Stream().synchronize();
+  }
+  rc.set("lora", model.applied_loras().empty() ? "none" : model.applied_loras());
+}
+
+void Engine::set_loras(std::vector<EngineLora> loras, Receipt& rc) {
+  auto same = [&] {
+    if (loras.size() != options_.loras.size()) return false;
+    for (size_t i = 0; i < loras.size(); ++i) {
+      if (loras[i].adapter != options_.loras[i].adapter ||
+          loras[i].spec.scale != options_.loras[i].spec.scale)
+        return false;
+    }
+    return true;
+  };
+  if (same()) return;
+  options_.loras = std::move(loras);
+  Loaded& l = *loaded_;
+  if (!l.transformer) return;
+  if (l.transformer->has_loras() && !l.transformer->loras_restorable()) {
+    // Fused without originals: the checkpoint is the original.
+    l.transformer.reset();
+    return;
+  }
+  apply_loras(*l.transformer, l.transformer_is_ref, rc);
 }
 
 video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {

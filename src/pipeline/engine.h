@@ -29,6 +29,19 @@
 
 namespace h3::pipeline {
 
+// A LoRA adapter read and checked against the repository's transformer, with its scale.
+struct EngineLora {
+  dit::LoraSpec spec;
+  std::shared_ptr<const dit::LoraAdapter> adapter;
+};
+// Reads each `--lora FILE[:SCALE]` against the config of the repository's transformer/ (or
+// transformer_ref/ when that is the only one): every refusal of dit::read_lora happens here,
+// before any weight is loaded or any generation starts.
+std::vector<EngineLora> read_loras(const io::Repository& repo, const std::vector<dit::LoraSpec>& specs,
+                                   bool allow_unmatched);
+// The file of the first adapter that sets every block's FastH3 gate, for the preset.
+std::optional<std::string> lora_gates_source(const std::vector<EngineLora>& loras);
+
 struct EngineOptions {
   Device device = Device::cpu();
   SequentialLoad sequential = SequentialLoad::kAuto;
@@ -53,6 +66,12 @@ struct EngineOptions {
   std::optional<DType> conditioner_dtype;
   dit::DitAttentionBackend attention = dit::DitAttentionBackend::kDense;
   dit::DitVsaOptions vsa{};
+  // LoRA adapters applied to the transformer when it loads (dit_lora.h). `lora_restorable` keeps
+  // the original tensors a fused adapter rewrites in host memory, so that set_loras() can change
+  // the set without reading the checkpoint again (the server); otherwise a change reloads it.
+  std::vector<EngineLora> loras;
+  dit::LoraMode lora_mode = dit::LoraMode::kFused;
+  bool lora_restorable = false;
   // What the next generations need; sizes the plan (the activations of the largest request).
   PlanRequest plan_request{};
 };
@@ -82,6 +101,12 @@ class Engine {
   video_vae::VideoVae& video_vae(Receipt& rc, bool encoder = false);
   audio_vae::AudioVae& audio_vae(Receipt& rc, bool encoder = false);
 
+  // Replaces the adapter set for the next generations. A loaded transformer gets the new set at
+  // once (a stage "apply lora" in `rc`): removed and applied again, or reloaded when the old set
+  // was fused without its originals. The same set again changes nothing.
+  void set_loras(std::vector<EngineLora> loras, Receipt& rc);
+  const std::vector<EngineLora>& loras() const { return options_.loras; }
+
   // The pipeline's stage boundaries: the engine releases what the plan says may go.
   void finished_with_conditioner(Receipt& rc);
   void finished_generation(Receipt& rc);
@@ -94,6 +119,7 @@ class Engine {
  private:
   struct Loaded;
   bool releases_conditioner() const;
+  void apply_loras(dit::DitModel& model, bool reference, Receipt& rc);
   std::string model_dir_;
   EngineOptions options_;
   io::Repository repo_;

@@ -80,7 +80,11 @@ DeclaredPreset declared_preset(const io::Repository& repo, const std::string& wo
 ResolvedSettings resolve_settings(const io::Repository& repo, const std::string& workflow,
                                   const SettingOverrides& o) {
   ResolvedSettings r;
-  const DeclaredPreset declared = declared_preset(repo, workflow);
+  DeclaredPreset declared = declared_preset(repo, workflow);
+  if (declared.name == "dense" && o.adapter_gates) {
+    declared.name = "fasth3";
+    declared.source = "adapter gates (" + *o.adapter_gates + ")";
+  }
   if (o.preset) {
     H3_CHECK(*o.preset == "dense" || *o.preset == "fasth3", ErrorCode::kInvalidArgument,
              "--preset must be dense or fasth3, got '", *o.preset, "'");

@@ -29,6 +29,9 @@ struct SettingOverrides {
   std::optional<dit::DitAttentionBackend> attention;
   std::optional<double> vsa_sparsity;
   std::optional<int> vsa_tile_size;
+  // Not a flag: the file of an applied LoRA adapter that gives every block its FastH3 gate (a
+  // student's adapter, dit_lora.h). A base checkpoint with it then declares the fasth3 preset.
+  std::optional<std::string> adapter_gates;
 };
 
 struct ResolvedSettings {

@@ -44,6 +44,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pl = h3::pipeline;
+namespace dit = h3::dit;
 using json = nlohmann::json;
 
 // A request the client got wrong: answered with `status` and an OpenAI-shaped error naming `param`.
@@ -108,7 +109,7 @@ std::string format_seconds(int64_t frames) {
 const std::set<std::string> kValueFields = {"prompt",  "model",      "seconds",
                                             "size",    "seed",       "steps",
                                             "preset",  "num_frames", "allow_any_duration",
-                                            "workflow"};
+                                            "workflow", "loras"};
 const std::set<std::string> kFileFields = {"image", "last_image", "input_reference"};
 
 int64_t field_int(const std::string& name, const json& v, int64_t min_value) {
@@ -186,8 +187,49 @@ std::string sniff_kind(const std::string& field, const std::string& bytes) {
 
 // The normalized request: canonical types, every field checked, uploads listed with their kinds
 // and file names (kept in the job's input folder). This JSON is what the job store holds.
+// "loras": a list of adapter names offered by the server, each "name", "name:scale" or
+// {"name": ..., "scale": ...}; normalized to [{"name", "scale"}].
+json normalize_loras(const json& v, const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& offered) {
+  if (!v.is_array()) bad("loras", "loras must be a list of adapter names (or {name, scale} objects)");
+  json out = json::array();
+  for (const json& item : v) {
+    std::string name;
+    double scale = 1.0;
+    if (item.is_string()) {
+      const dit::LoraSpec spec = [&] {
+        try {
+          return dit::parse_lora_spec(item.get<std::string>());
+        } catch (const h3::Error& e) {
+          bad("loras", "loras: " + e.message());
+        }
+      }();
+      name = spec.file;
+      scale = spec.scale;
+    } else if (item.is_object() && item.contains("name")) {
+      name = field_string("loras", item["name"]);
+      if (item.contains("scale")) {
+        if (!item["scale"].is_number() || !std::isfinite(item["scale"].get<double>()))
+          bad("loras", "loras: scale of '" + name + "' must be a finite number");
+        scale = item["scale"].get<double>();
+      }
+    } else {
+      bad("loras", "loras entries must be \"name[:scale]\" or {\"name\": ..., \"scale\": ...}");
+    }
+    if (!offered.count(name)) {
+      std::string list;
+      for (const auto& [n, a] : offered) list += (list.empty() ? "" : ", ") + n;
+      bad("loras", "loras: adapter '" + name + "' is not offered by this server" +
+                       (list.empty() ? std::string(" (it offers none: start h3 serve with --lora-dir)")
+                                     : " (offered: " + list + ")"));
+    }
+    out.push_back({{"name", name}, {"scale", scale}});
+  }
+  return out;
+}
+
 json normalize_request(const json& in, const std::vector<Upload>& uploads,
-                       const std::string& model_name) {
+                       const std::string& model_name,
+                       const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& loras) {
   if (!in.is_object()) bad("", "the request body must be a JSON object");
   std::vector<std::string> unknown;
   for (auto it = in.begin(); it != in.end(); ++it)
@@ -243,6 +285,7 @@ json normalize_request(const json& in, const std::vector<Upload>& uploads,
       bad("workflow", "workflow must be t2va, fl2va or ref2va, got '" + w + "'");
     out["workflow"] = w;
   }
+  if (in.contains("loras")) out["loras"] = normalize_loras(in["loras"], loras);
   json inputs = json::array();
   int counts[3] = {0, 0, 0};
   for (size_t k = 0; k < uploads.size(); ++k) {
@@ -364,6 +407,21 @@ class Server {
     eo.vsa.sparsity = settings_.vsa_sparsity;
     eo.vsa.tile_size = settings_.vsa_tile_size;
     eo.plan_request.workflow = "t2va";
+    // Adapters are offered from one folder, read and checked now; a request names them. The
+    // engine keeps the original tensors a fused adapter rewrites, so that the next request's set
+    // is applied without reading the checkpoint again.
+    if (!o_.lora_dir.empty()) {
+      H3_CHECK(fs::is_directory(o_.lora_dir), ErrorCode::kNotFound, "--lora-dir folder '",
+               o_.lora_dir, "' does not exist or is not a folder");
+      for (const auto& e : fs::directory_iterator(o_.lora_dir)) {
+        if (e.path().extension() != ".safetensors") continue;
+        const std::vector<pl::EngineLora> one =
+            pl::read_loras(repo, {{e.path().string(), 1.0f}}, o_.lora_allow_unmatched);
+        offered_loras_[e.path().filename().string()] = one.front().adapter;
+      }
+      H3_LOG_INFO("offering ", offered_loras_.size(), " LoRA adapter(s) from ", o_.lora_dir);
+    }
+    eo.lora_restorable = true;
     engine_ = std::make_unique<pl::Engine>(o_.model_dir, eo);
 
     data_ = fs::path(o_.data_dir);
@@ -639,7 +697,7 @@ class Server {
           if (fields.contains(f))
             bad(f, f + " must be sent as a file in a multipart/form-data request");
     }
-    json n = normalize_request(fields, uploads, model_name_);
+    json n = normalize_request(fields, uploads, model_name_, offered_loras_);
 
     // Inputs go to a fresh folder; the request is checked with them as the worker will read them.
     const std::string id = random_id();
@@ -889,6 +947,20 @@ class Server {
     try {
       BuiltRequest b = build_request(j.request, input_dir(id));
       b.request.num_inference_steps = resolve_steps(b, j.request);
+      {
+        // This job's adapters (none when it names none): the engine changes only what differs.
+        std::vector<pl::EngineLora> loras;
+        for (const json& l : j.request.value("loras", json::array())) {
+          const std::string name = l.at("name").get<std::string>();
+          auto it = offered_loras_.find(name);
+          H3_CHECK(it != offered_loras_.end(), ErrorCode::kNotFound, "LoRA adapter '", name,
+                   "' is no longer offered by this server");
+          loras.push_back({{(fs::path(o_.lora_dir) / name).string(), l.at("scale").get<float>()},
+                           it->second});
+        }
+        Receipt rc;
+        engine_->set_loras(std::move(loras), rc);
+      }
       pl::GenerateOptions opt;
       opt.cancelled = [this, &j] {
         std::lock_guard<std::mutex> lock(mu_);
@@ -996,6 +1068,7 @@ class Server {
   std::string model_name_;
   pl::ResolvedSettings settings_;
   std::unique_ptr<pl::Engine> engine_;
+  std::map<std::string, std::shared_ptr<const dit::LoraAdapter>> offered_loras_;
   fs::path data_;
   std::unique_ptr<JobStore> store_;
 

@@ -37,6 +37,10 @@ struct ServeOptions {
   size_t max_body_bytes = 64u << 20;    // whole request, uploads included; more: 413
   pipeline::EngineOptions engine;       // device, sequential load, offload, VSA defaults
   pipeline::SettingOverrides settings;  // the server's default preset / steps / attention
+  // LoRA adapters a request may name (its "loras" field): every *.safetensors in this folder, read
+  // and checked at start. Empty: requests cannot ask for adapters.
+  std::string lora_dir;
+  bool lora_allow_unmatched = false;
   // Called once the socket listens, with the port (the chosen one when port was 0).
   std::function<void(const std::string& host, int port)> on_listening;
 };

@@ -13,6 +13,15 @@
 namespace h3::dit {
 namespace {
 
+// x W^T (+ b) plus the run-time LoRA pairs of W (dit_lora.h): the adapter's two thin GEMMs beside
+// the weight's, so that the weights themselves stay as loaded.
+Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
+                   const Tensor* bias = nullptr) {
+  Tensor y = ops::linear(x, w, bias);
+  for (const LowRankPair& p : lora) y = ops::add(y, ops::linear(ops::linear(x, p.down), p.up));
+  return y;
+}
+
 // Drops a leading batch dimension of 1 (H3 always runs batch 1, §2.1).
 Tensor drop_batch(const Tensor& t, int rank, const char* what) {
   H3_CHECK(t.defined(), ErrorCode::kInvalidArgument, "DiT input '", what, "' is missing");
@@ -232,9 +241,9 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
-  Tensor q = ops::rms_norm(ops::linear(a, w.to_q).view({s, heads, hd}), &w.norm_q, eps);
-  Tensor k = ops::rms_norm(ops::linear(a, w.to_k).view({s, heads, hd}), &w.norm_k, eps);
-  const Tensor v = ops::linear(a, w.to_v).view({s, heads, hd});
+  Tensor q = ops::rms_norm(lora_linear(a, w.to_q, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
+  Tensor k = ops::rms_norm(lora_linear(a, w.to_k, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
+  const Tensor v = lora_linear(a, w.to_v, w.to_v_lora).view({s, heads, hd});
   if (rope) {
     q = apply_rope(q, *rope);
     k = apply_rope(k, *rope);
@@ -244,7 +253,7 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     // §5.6: the gate reads the same modulated input as q/k/v; no bias, no activation. It runs
     // whenever the checkpoint has gates, at every sparsity.
     Tensor g;
-    if (w.to_gate.defined()) g = ops::linear(a, w.to_gate).view({s, heads, hd});
+    if (w.to_gate.defined()) g = lora_linear(a, w.to_gate, w.to_gate_lora).view({s, heads, hd});
     ops::VsaOptions vo;
     vo.sparsity = vsa_sparsity;
     vo.mode = options_.vsa.mode;
@@ -254,12 +263,12 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
     o = ops::attention(q, k, v, p);
   }
-  return ops::linear(o.reshape({s, heads * hd}), w.to_out);
+  return lora_linear(o.reshape({s, heads * hd}), w.to_out, w.to_out_lora);
 }
 
 // SwiGLU with the fused projection split [value | gate] (§2.11).
 Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const {
-  const Tensor u = ops::linear(b, w.fc_in);
+  const Tensor u = lora_linear(b, w.fc_in, w.fc_in_lora);
   Tensor h;
   if (eager_bf16()) {
     // h = bf16(value * bf16(silu(gate))): two roundings.
@@ -268,7 +277,7 @@ Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) c
   } else {
     h = ops::swiglu(u);
   }
-  return ops::linear(h, w.fc_out);
+  return lora_linear(h, w.fc_out, w.fc_out_lora);
 }
 
 // x * (1 + scale[idx]) + shift[idx] (§2.9 step 2).
@@ -298,7 +307,7 @@ DitTextContext DitModel::encode_text(const Tensor& encoder_hidden_states, DitTra
   const float eps = static_cast<float>(config_.norm_eps);
   // §2.3: the text enters in the model dtype (bf16 in the released policy).
   const Tensor x_in = ops::cast(ops::copy(ehs.to(options_.device)), act_);
-  Tensor x = ops::linear(x_in, weights_.context_w, &weights_.context_b);
+  Tensor x = lora_linear(x_in, weights_.context_w, weights_.context_lora, &weights_.context_b);
   if (trace) trace->context_embedder_out = x;
   // §2.4: plain pre-norm blocks, no RoPE, no AdaLN, text-only attention.
   for (const DitRefinerBlockWeights& b : weights_.refiner) {
@@ -421,7 +430,7 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   const int64_t n_u = temb_act.size(0);
   const float eps = static_cast<float>(config_.norm_eps);
   // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
-  const Tensor m = ops::linear(temb_act, b.adaln_w, &b.adaln_b).view({n_u * 3, 6 * d});
+  const Tensor m = lora_linear(temb_act, b.adaln_w, b.adaln_lora, &b.adaln_b).view({n_u * 3, 6 * d});
   const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
   const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
   double sparsity = -1.0;
@@ -516,8 +525,9 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   const Tensor& adaln_rows = in.adaln_rows;
   const Tensor& t_rows = in.t_rows;
   const Tensor temb =
-      ops::linear(ops::silu(ops::linear(in.sinusoid, weights_.time_1_w, &weights_.time_1_b)),
-                  weights_.time_2_w, &weights_.time_2_b);
+      lora_linear(ops::silu(lora_linear(in.sinusoid, weights_.time_1_w, weights_.time_1_lora,
+                                        &weights_.time_1_b)),
+                  weights_.time_2_w, weights_.time_2_lora, &weights_.time_2_b);
   if (trace) trace->temb = temb;
   // §2.7 / §8 item 4: SiLU on the float32 temb, then one cast to the model dtype.
   const Tensor temb_act = ops::cast(ops::silu(temb), act_);
@@ -528,13 +538,13 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   if (layout.num_video_rows() > 0) {
     const Tensor v32 = ops::cast(ops::copy(in.video_rows), DType::kF32);
     ops::scatter_rows(x, layout.video_indices,
-                      ops::cast(ops::linear(v32, weights_.proj_in_w, &weights_.proj_in_b), act_));
+                      ops::cast(lora_linear(v32, weights_.proj_in_w, weights_.proj_in_lora, &weights_.proj_in_b), act_));
   }
   if (layout.num_audio_rows() > 0) {
     const Tensor a32 = ops::cast(ops::copy(in.audio_rows), DType::kF32);
     ops::scatter_rows(
         x, layout.audio_indices,
-        ops::cast(ops::linear(a32, weights_.audio_proj_in_w, &weights_.audio_proj_in_b), act_));
+        ops::cast(lora_linear(a32, weights_.audio_proj_in_w, weights_.audio_proj_in_lora, &weights_.audio_proj_in_b), act_));
   }
   if (trace) {
     trace->rope_cos = layout.rope_cos;
@@ -563,7 +573,7 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
 
   // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the
   // selected rows only (row by row the same as heads over all rows, then selection).
-  const Tensor mo = ops::linear(temb_act, weights_.norm_out_w, &weights_.norm_out_b);
+  const Tensor mo = lora_linear(temb_act, weights_.norm_out_w, weights_.norm_out_lora, &weights_.norm_out_b);
   const Tensor shift_o = chunk(mo, 0, d), scale_o = chunk(mo, 1, d);
   const Tensor y = modulate_rows(
       ops::rms_norm(x, &weights_.norm_out_norm, static_cast<float>(c.final_norm_eps)), scale_o,
@@ -573,13 +583,13 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   DitOutputs out;
   if (layout.num_video_rows() > 0) {
     const Tensor yv = ops::cast(ops::gather_rows(y, layout.video_indices), DType::kF32);
-    out.video = ops::linear(yv, weights_.proj_out_w, &weights_.proj_out_b);
+    out.video = lora_linear(yv, weights_.proj_out_w, weights_.proj_out_lora, &weights_.proj_out_b);
   } else {
     out.video = Tensor::empty({0, c.video_patch_dim()}, DType::kF32, dev);
   }
   if (layout.num_audio_rows() > 0) {
     const Tensor ya = ops::cast(ops::gather_rows(y, layout.audio_indices), DType::kF32);
-    out.audio = ops::linear(ya, weights_.audio_proj_out_w, &weights_.audio_proj_out_b);
+    out.audio = lora_linear(ya, weights_.audio_proj_out_w, weights_.audio_proj_out_lora, &weights_.audio_proj_out_b);
   } else {
     out.audio = Tensor::empty({0, c.audio_in_channels}, DType::kF32, dev);
   }

@@ -29,6 +29,7 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_config.h"
+#include "models/h3_dit/dit_lora.h"
 #include "models/h3_dit/dit_weights.h"
 #include "ops/vsa.h"
 
@@ -215,6 +216,25 @@ class DitModel {
   // each packed row. Public for benchmarks; forward() runs the same code.
   Tensor run_block(int64_t block, const Tensor& x, const Tensor& temb_act, const Tensor& adaln_rows,
                    const DitLayout& layout, int64_t step_index, DitTrace* trace = nullptr) const;
+  // Applies LoRA adapters (dit_lora.h), in order, to this partition ("transformer" or
+  // "transformer_ref": updates addressed to the other one are skipped). Adapters at scale 0 are not
+  // applied at all. Whatever was applied before is removed first. kFused folds every update into
+  // the weights in float32 and rounds once to the weight's dtype; with `restorable` each tensor it
+  // changes is first copied to host memory, so that remove_loras() restores it bit for bit.
+  // kRuntime folds only the dense updates (diff, set) that way and keeps the low-rank pairs on the
+  // device for the linears (DitWeights' RuntimeLora). Everything is checked before the first
+  // tensor changes: a low-rank or diff update of a gate the model lacks, and gates created on
+  // streamed blocks, are refused (kUnsupported).
+  void apply_loras(const std::vector<ScaledLora>& adapters, LoraMode mode, bool restorable,
+                   const std::string& partition = "transformer");
+  // Restores the weights as they were loaded (bit for bit) and drops the run-time pairs. Throws
+  // kUnsupported when adapters were fused without `restorable` (reload the model instead).
+  void remove_loras();
+  // "" when none; else "file@scale, ..." in the order applied, with the mode.
+  std::string applied_loras() const;
+  bool has_loras() const { return !lora_state_.applied.empty(); }
+  bool loras_restorable() const;
+
   // A model over given weights (benchmarks with random weights; the shapes must match `config`).
   static DitModel from_weights(const DitConfig& config, DitWeights weights,
                                const DitOptions& options);
@@ -243,6 +263,17 @@ class DitModel {
     return options_.precision == DitPrecision::kBF16 && options_.rounding == DitRounding::kEager;
   }
 
+  // What apply_loras() changed: the originals of fused tensors (host copies; undefined for a
+  // tensor the adapters created, such as gates) and a description of the adapters.
+  struct LoraState {
+    std::vector<std::pair<std::string, Tensor>> originals;
+    bool restorable = true;
+    bool gates_created = false;
+    bool fused_any = false;  // some tensor was rewritten (dense updates, or kFused)
+    LoraMode mode = LoraMode::kFused;
+    std::vector<std::string> applied;
+  };
+  LoraState lora_state_;
   DitConfig config_;
   DitOptions options_;
   DType act_ = DType::kF32;

@@ -234,3 +234,106 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
 }
 
 }  // namespace h3::dit
+
+namespace h3::dit {
+namespace {
+
+// The index after `prefix` in `name` ("transformer_blocks.12.x" -> 12, rest "x"), or -1.
+int64_t indexed(const std::string& name, const std::string& prefix, std::string* rest) {
+  if (name.rfind(prefix, 0) != 0) return -1;
+  size_t k = prefix.size();
+  int64_t i = 0;
+  const size_t digits_start = k;
+  for (; k < name.size() && name[k] >= '0' && name[k] <= '9' && k - digits_start < 9; ++k)
+    i = i * 10 + (name[k] - '0');
+  if (k == digits_start || k >= name.size() || name[k] != '.') return -1;
+  // "01" is not a module index a writer produces; refusing it keeps one spelling per tensor.
+  if (name[digits_start] == '0' && k - digits_start > 1) return -1;
+  *rest = name.substr(k + 1);
+  return i;
+}
+
+template <typename Body>
+bool body_ref(Body& b, const DitConfig& c, const std::string& rest, DitTensorRef& r) {
+  const int64_t h = c.hidden_size, inner = c.inner_dim(), hd = c.attention_head_dim;
+  auto set = [&](Tensor* t, RuntimeLora* l, Shape s) {
+    r.tensor = t;
+    r.lora = l;
+    r.shape = std::move(s);
+    return true;
+  };
+  if (rest == "norm1.weight") return set(&b.norm1, nullptr, {h});
+  if (rest == "norm2.weight") return set(&b.norm2, nullptr, {h});
+  if (rest == "attn.to_q.weight") return set(&b.attn.to_q, &b.attn.to_q_lora, {inner, h});
+  if (rest == "attn.to_k.weight") return set(&b.attn.to_k, &b.attn.to_k_lora, {inner, h});
+  if (rest == "attn.to_v.weight") return set(&b.attn.to_v, &b.attn.to_v_lora, {inner, h});
+  if (rest == "attn.norm_q.weight") return set(&b.attn.norm_q, nullptr, {hd});
+  if (rest == "attn.norm_k.weight") return set(&b.attn.norm_k, nullptr, {hd});
+  if (rest == "attn.to_out.0.weight") return set(&b.attn.to_out, &b.attn.to_out_lora, {h, inner});
+  if (rest == "ff.net.0.proj.weight") return set(&b.ff.fc_in, &b.ff.fc_in_lora, {2 * c.ffn_dim, h});
+  if (rest == "ff.net.2.weight") return set(&b.ff.fc_out, &b.ff.fc_out_lora, {h, c.ffn_dim});
+  return false;
+}
+
+}  // namespace
+
+DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& c, const std::string& name) {
+  DitTensorRef r;
+  std::string rest;
+  if (const int64_t i = indexed(name, "transformer_blocks.", &rest); i >= 0) {
+    if (i >= static_cast<int64_t>(w.blocks.size())) return r;
+    DitBlockWeights& b = w.blocks[static_cast<size_t>(i)];
+    if (body_ref(b, c, rest, r)) return r;
+    if (rest == "adaln_proj.linear.weight") {
+      r = {&b.adaln_w, &b.adaln_lora, false, {c.adaln_width(), c.time_embed_dim}};
+    } else if (rest == "adaln_proj.linear.bias") {
+      r = {&b.adaln_b, nullptr, false, {c.adaln_width()}};
+    } else if (rest == "attn.to_gate_compress.weight") {
+      r = {&b.attn.to_gate, &b.attn.to_gate_lora, false, {c.inner_dim(), c.hidden_size}};
+    }
+    return r;
+  }
+  if (const int64_t j = indexed(name, "token_refiner.refiner_blocks.", &rest); j >= 0) {
+    if (j < static_cast<int64_t>(w.refiner.size()))
+      body_ref(w.refiner[static_cast<size_t>(j)], c, rest, r);
+    return r;
+  }
+  const int64_t h = c.hidden_size;
+  struct Global {
+    const char* name;
+    Tensor* tensor;
+    RuntimeLora* lora;
+    bool island;
+    Shape shape;
+  };
+  const Global globals[] = {
+      {"proj_in.weight", &w.proj_in_w, &w.proj_in_lora, true, {h, c.video_patch_dim()}},
+      {"proj_in.bias", &w.proj_in_b, nullptr, true, {h}},
+      {"audio_proj_in.weight", &w.audio_proj_in_w, &w.audio_proj_in_lora, true,
+       {h, c.audio_in_channels}},
+      {"audio_proj_in.bias", &w.audio_proj_in_b, nullptr, true, {h}},
+      {"context_embedder.weight", &w.context_w, &w.context_lora, false, {h, c.text_dim}},
+      {"context_embedder.bias", &w.context_b, nullptr, false, {h}},
+      {"time_embedder.linear_1.weight", &w.time_1_w, &w.time_1_lora, true,
+       {c.time_embed_hidden_dim, c.freq_dim}},
+      {"time_embedder.linear_1.bias", &w.time_1_b, nullptr, true, {c.time_embed_hidden_dim}},
+      {"time_embedder.linear_2.weight", &w.time_2_w, &w.time_2_lora, true,
+       {c.time_embed_dim, c.time_embed_hidden_dim}},
+      {"time_embedder.linear_2.bias", &w.time_2_b, nullptr, true, {c.time_embed_dim}},
+      {"token_refiner.final_norm.weight", &w.refiner_final_norm, nullptr, false, {h}},
+      {"norm_out.norm.weight", &w.norm_out_norm, nullptr, false, {h}},
+      {"norm_out.linear.weight", &w.norm_out_w, &w.norm_out_lora, false, {2 * h, c.time_embed_dim}},
+      {"norm_out.linear.bias", &w.norm_out_b, nullptr, false, {2 * h}},
+      {"proj_out.weight", &w.proj_out_w, &w.proj_out_lora, true, {c.video_patch_dim(), h}},
+      {"proj_out.bias", &w.proj_out_b, nullptr, true, {c.video_patch_dim()}},
+      {"audio_proj_out.weight", &w.audio_proj_out_w, &w.audio_proj_out_lora, true,
+       {c.audio_in_channels, h}},
+      {"audio_proj_out.bias", &w.audio_proj_out_b, nullptr, true, {c.audio_in_channels}},
+  };
+  for (const Global& g : globals) {
+    if (name == g.name) return {g.tensor, g.lora, g.island, g.shape};
+  }
+  return r;
+}
+
+}  // namespace h3::dit

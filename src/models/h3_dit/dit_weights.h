@@ -14,6 +14,15 @@
 
 namespace h3::dit {
 
+// Low-rank pairs added at run time beside a weight (LoRA adapters applied with LoraMode::kRuntime,
+// dit_lora.h): y = x W^T + sum over pairs of (x A^T) B^T, with B already multiplied by the
+// adapter's scale and alpha / r. Empty for a model without run-time adapters.
+struct LowRankPair {
+  Tensor down;  // A [r, in]
+  Tensor up;    // B [out, r]
+};
+using RuntimeLora = std::vector<LowRankPair>;
+
 struct DitAttentionWeights {
   Tensor to_q, to_k, to_v;  // [inner, hidden]
   Tensor norm_q, norm_k;    // [head_dim]
@@ -21,11 +30,13 @@ struct DitAttentionWeights {
   // FastH3 compression gate `attn.to_gate_compress` [inner, hidden] (§5.6); undefined for the base
   // checkpoint and always for the refiner.
   Tensor to_gate;
+  RuntimeLora to_q_lora, to_k_lora, to_v_lora, to_out_lora, to_gate_lora;
 };
 
 struct DitFeedForwardWeights {
   Tensor fc_in;   // ff.net.0.proj [2*ffn, hidden], rows [value | gate] (§1.3)
   Tensor fc_out;  // ff.net.2 [hidden, ffn]
+  RuntimeLora fc_in_lora, fc_out_lora;
 };
 
 struct DitRefinerBlockWeights {
@@ -40,6 +51,7 @@ struct DitBlockWeights {
   DitFeedForwardWeights ff;
   Tensor adaln_w;  // [18*hidden, time_embed_dim], rows (modality, chunk, channel)
   Tensor adaln_b;  // [18*hidden]
+  RuntimeLora adaln_lora;
 };
 
 struct DitWeights {
@@ -58,7 +70,21 @@ struct DitWeights {
   Tensor norm_out_w, norm_out_b;       // [2*hidden, time_embed_dim], rows [shift | scale]
   // True when every main block carries a FastH3 compression gate (§5.6).
   bool has_vsa_gates = false;
+  RuntimeLora proj_in_lora, audio_proj_in_lora, time_1_lora, time_2_lora, proj_out_lora,
+      audio_proj_out_lora, context_lora, norm_out_lora;
 };
+
+// One tensor of the weights by its released name ("transformer_blocks.3.attn.to_q.weight",
+// "proj_in.bias", ...), with the run-time pairs of its linear when it is a linear's weight.
+// `tensor` is null for a name the model does not have; a gate name of a model without gates gives
+// the (undefined) gate tensor, so that an adapter can create it.
+struct DitTensorRef {
+  Tensor* tensor = nullptr;
+  RuntimeLora* lora = nullptr;  // null for biases and norms
+  bool fp32_island = false;
+  Shape shape;  // what the config implies
+};
+DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& config, const std::string& name);
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
 // islands (kBF16 as the release stores them, or kF32 to widen them exactly); the islands are always
