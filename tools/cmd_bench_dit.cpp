@@ -60,6 +60,9 @@ void print_help() {
       "  --vsa-sparsity s    in [0, 1) (default 0.9: FastH3 with gates)\n"
       "  --vsa-tile E        64 or 256 (default 64); --no-gates: VSA without FastH3 gates\n"
       "  --precision P       bf16 (default) or f32\n"
+      "  --lora-rank R       a random rank-R LoRA adapter on every block's q, k, v, out and FFN\n"
+      "                      projections; --lora-mode runtime (default: the extra GEMM pair) or\n"
+      "                      fused (folded in; the time to fold is reported)\n"
       "  --iters n           timed iterations (default 3); --warmup n (default 1)\n"
       "  --seed N            random weight seed (default 0)\n"
       "  --json              print the result as JSON\n\n"
@@ -110,6 +113,10 @@ int run_bench_dit(const std::vector<std::string>& args) {
       o.gates = false;
     } else if (f == "--precision") {
       o.precision = dit::parse_precision(value());
+    } else if (f == "--lora-rank") {
+      o.lora_rank = parse_int(f, value(), 1, 4096);
+    } else if (f == "--lora-mode") {
+      o.lora_mode = dit::parse_lora_mode(value());
     } else if (f == "--iters") {
       o.iters = static_cast<int>(parse_int(f, value(), 1, 1000));
     } else if (f == "--warmup") {
@@ -165,6 +172,11 @@ int run_bench_dit(const std::vector<std::string>& args) {
       j["peak_device_gib"] = gib(r.peak_device_bytes);
       j["peak_device_gib_above_baseline"] = gib(r.peak_device_bytes - r.baseline_device_bytes);
     }
+    if (o.lora_rank > 0) {
+      j["lora"] = {{"rank", o.lora_rank},
+                   {"mode", dit::lora_mode_name(o.lora_mode)},
+                   {"apply_ms", r.lora_apply_ms}};
+    }
     j["unsupported"] = r.unsupported;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -188,6 +200,11 @@ int run_bench_dit(const std::vector<std::string>& args) {
       std::printf("| block %zu ms (best of %d) | %.3f |\n", i, o.iters, r.block_ms[i]);
     }
     if (!r.block_ms.empty()) std::printf("| block ms (mean) | %.3f |\n", r.block_ms_mean);
+    if (o.lora_rank > 0) {
+      std::printf("| LoRA rank %lld, %s: apply ms (%lld blocks) | %.3f |\n",
+                  static_cast<long long>(o.lora_rank), dit::lora_mode_name(o.lora_mode),
+                  static_cast<long long>(o.blocks), r.lora_apply_ms);
+    }
     std::printf("| GEMMs of one block ms | %.3f |\n", r.gemm_ms);
     std::printf("| GEMM TFLOP/s (%.1f GFLOP per block) | %.2f |\n", r.gemm_flops * 1e-9,
                 r.gemm_tflops());

@@ -271,8 +271,43 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
                             &b0.ff.fc_in, &b0.ff.fc_out, &b0.adaln_w, &b0.adaln_b}) {
       r.weight_bytes += tensor_bytes(*t);
     }
-    const DitModel model = DitModel::from_weights(c, std::move(weights), mo);
+    DitModel model = DitModel::from_weights(c, std::move(weights), mo);
     if (vsa) r.sparsity = model.vsa_sparsity();
+    LoraAdapter adapter;  // outlives the model's run-time pairs' use below
+    if (o.lora_rank > 0) {
+      // The usual targets of a style or character adapter; A and B scaled like trained factors
+      // (their values do not change the timing).
+      const int64_t rk = o.lora_rank;
+      adapter.file = "random rank-" + std::to_string(rk) + " adapter";
+      for (int64_t bi = 0; bi < o.blocks; ++bi) {
+        const std::string p = "transformer_blocks." + std::to_string(bi) + ".";
+        const std::pair<const char*, Shape> targets[] = {
+            {"attn.to_q.weight", {c.inner_dim(), c.hidden_size}},
+            {"attn.to_k.weight", {c.inner_dim(), c.hidden_size}},
+            {"attn.to_v.weight", {c.inner_dim(), c.hidden_size}},
+            {"attn.to_out.0.weight", {c.hidden_size, c.inner_dim()}},
+            {"ff.net.0.proj.weight", {2 * c.ffn_dim, c.hidden_size}},
+            {"ff.net.2.weight", {c.hidden_size, c.ffn_dim}}};
+        for (const auto& [name, shape] : targets) {
+          LoraUpdate u;
+          u.target = p + name;
+          u.kind = LoraUpdateKind::kLowRank;
+          u.down = pool.make({rk, shape[1]}, DType::kF32, 0.01f, 0.0f, Device::cpu());
+          u.up = pool.make({shape[0], rk}, DType::kF32, 0.01f, 0.0f, Device::cpu());
+          u.rank = rk;
+          u.alpha = static_cast<double>(rk);
+          u.source = u.target;
+          adapter.updates.push_back(std::move(u));
+        }
+      }
+      if (verbose) std::fprintf(stderr, "bench dit: applying a rank-%lld adapter (%s)\n",
+                                static_cast<long long>(rk), lora_mode_name(o.lora_mode));
+      const auto t0 = std::chrono::steady_clock::now();
+      model.apply_loras({{&adapter, 1.0f}}, o.lora_mode, /*restorable=*/false);
+      if (dev.is_cuda()) Stream().synchronize();
+      r.lora_apply_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
 
     // Packed layout [text | cond | audio | video] (§4.3), positions (t, h, w).
     std::vector<double> pos(static_cast<size_t>(s * 3), 0.0);

@@ -32,6 +32,10 @@ struct DitBenchOptions {
   int64_t ffn = 14336;
   DitPrecision precision = DitPrecision::kBF16;
   DitRounding rounding = DitRounding::kFused;
+  // > 0: a random LoRA adapter of this rank on every block's attention and FFN projections
+  // (q, k, v, out, fc_in, fc_out), applied with lora_mode before timing (dit_lora.h).
+  int64_t lora_rank = 0;
+  LoraMode lora_mode = LoraMode::kRuntime;
   int iters = 3;
   int warmup = 1;
   uint64_t seed = 0;
@@ -51,6 +55,7 @@ struct DitBenchResult {
   double block_ms_mean = 0.0;    // mean over blocks and iterations
   double attention_ms = 0.0;     // best of the attention op alone
   double gemm_ms = 0.0;          // best of one block's GEMMs alone (q, k, v, gate, out, FFN)
+  double lora_apply_ms = 0.0;      // apply_loras() of the adapter to all blocks (lora_rank > 0)
   double peak_device_bytes = 0.0;  // sampled device memory in use (CUDA only)
   double baseline_device_bytes = 0.0;
   // Empty when everything ran; otherwise what was unsupported (e.g. a missing CUDA op).
