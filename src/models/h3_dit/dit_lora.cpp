@@ -521,6 +521,8 @@ LoraAdapter read_lora(const std::string& file, const DitConfig& config,
       const bool bias = std::string(suffix) == "diff_b";
       Tensor t = finite_f32(*f, file, key);
       if (bias) {
+        H3_CHECK(t.dim() == 1, ErrorCode::kInvalidFile, file, ": tensor '", key, "' ",
+                 shape_str(t.shape()), " is a bias update; expected one dimension");
         H3_CHECK(m.transform == Transform::kNone || m.transform == Transform::kSwapHalves,
                  ErrorCode::kInvalidFile, file, ": tensor '", key,
                  "' is a bias update of a fused QKV projection, which has no bias");
@@ -645,12 +647,17 @@ std::vector<RuntimeLora*> all_runtime_lists(DitWeights& w) {
 // A host copy that does not alias `t` (to() returns the tensor itself on its own device).
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
 
-void overwrite(Tensor& dst, const Tensor& src) {
+// Gives `dst` the values of `src` in dst's dtype. Device tensors and the pinned buffers of streamed
+// blocks (which the layer stream reads) are written in place; other host tensors may be views of
+// the checkpoint's read-only mapping, so they are replaced by a new tensor instead.
+void overwrite(Tensor& dst, const Tensor& src, bool in_place_host) {
   const Tensor s = src.dtype() == dst.dtype() ? src : ops::cast(src, dst.dtype());
-  if (dst.device().is_cpu()) {
+  if (dst.device().is_cuda()) {
+    ops::copy_into(dst, s.to(dst.device()));
+  } else if (in_place_host) {
     dst.copy_from(s.to(Device::cpu()));
   } else {
-    ops::copy_into(dst, s.to(dst.device()));
+    dst = s.to(Device::cpu()).clone();
   }
 }
 
@@ -747,7 +754,7 @@ void DitModel::apply_loras(const std::vector<ScaledLora>& adapters, LoraMode mod
         }
       }
       if (w.defined()) {
-        overwrite(w, acc);
+        overwrite(w, acc, block_of(name) >= resident_blocks_);
       } else {
         // A copy: the cast of a float32 set_weight may be the adapter's own tensor.
         w = ops::copy(ops::cast(acc, dt));
@@ -781,7 +788,7 @@ void DitModel::remove_loras() {
     if (!it->second.defined()) {
       *ref.tensor = Tensor();  // a gate the adapters created
     } else {
-      overwrite(*ref.tensor, it->second);
+      overwrite(*ref.tensor, it->second, block_of(it->first) >= resident_blocks_);
     }
   }
   for (RuntimeLora* l : all_runtime_lists(weights_)) l->clear();
