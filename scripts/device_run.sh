@@ -14,7 +14,7 @@
 #   6. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
 #      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
 #      fine kernel.
-# H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize").
+# H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
@@ -96,7 +96,9 @@ if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
       "$model"/vae/*.safetensors "$model"/audio_vae/*.safetensors >/dev/null
     note "page cache: conditioner + transformer read in $((SECONDS - start)) s"
   fi
+  # H3_E2E_FASTH3=0 leaves the FastH3 runs out (a dense-only call).
   for e in ${H3_E2E_ENVS:-none}; do
+    [ "${H3_E2E_FASTH3:-1}" = 0 ] && break
     tag=${e//[^A-Za-z0-9]/_}
     envs=(); [ "$e" != none ] && envs=(${e//,/ })
     env "${envs[@]}" "$bin/h3" bench e2e --model "$model" --device cuda --preset fasth3 --repeat 2 \
@@ -140,6 +142,17 @@ g=json.load(open(sys.argv[1]))[0]
 print('  dense: %d forwards, denoise %.0f ms = %.2f s per forward, %.2f ms/block' % (g['dit_forwards'], g['stages']['denoise'], g['stages']['denoise']/g['dit_forwards']/1000, g['ms_per_block']))
 " "$out/e2e_dense.json" 2>&1 | tee -a "$summary"
   fi
+fi
+# LoRA at the released width ("lora"): the per-block cost of a rank-64 run-time adapter on q, k,
+# v, out and the FFN against the same blocks without one, and the time to fuse it (8 blocks; the
+# whole model is 50).
+if [[ " $steps " == *" lora "* ]] && [ -x "$bin/h3" ]; then
+  run lora_base 240 "$bin/h3" bench dit --blocks 2 --iters 3
+  run lora_runtime 240 "$bin/h3" bench dit --blocks 2 --iters 3 --lora-rank 64 --lora-mode runtime
+  run lora_fused 300 "$bin/h3" bench dit --blocks 8 --iters 1 --lora-rank 64 --lora-mode fused
+  for n in lora_base lora_runtime lora_fused; do
+    grep -E "block ms \(mean\)|LoRA" "$out/$n.log" | sed "s/^/$n /" | tee -a "$summary"
+  done
 fi
 # VSA variants at the production geometry (fine-branch studies): H3_VSA_ENVS lists extra
 # environment settings to compare, each "NAME=VALUE[,NAME=VALUE]" (default none).

@@ -179,5 +179,10 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
 // H3_FUSE_QKNORM_ROPE.
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos,
                     const Tensor& sin, int rotary_dim);
+// add(residual, linear(x, w)): residual [..., N] with x's dtype and leading dims, w [N, K]. On CUDA
+// the GEMM reads the residual in its epilogue (beta = 1) and rounds once, instead of writing the
+// product and reading both back (a LoRA pair's second GEMM, dit_lora.h). Switch:
+// H3_FUSE_GEMM_RESIDUAL.
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual);
 
 }  // namespace h3::ops

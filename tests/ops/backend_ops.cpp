@@ -239,7 +239,7 @@ TEST(BackendOpsTable, CasesAreWellFormed) {
                             "scale",          "cast",       "conv1d",      "conv_transpose1d",
                             "conv3d",         "pad3d",      "gather_rows", "scatter_rows",
                             "concat",         "copy",       "copy_into",   "rms_norm_modulate",
-                            "qk_norm_rope"};
+                            "qk_norm_rope",   "linear_residual"};
   for (const char* op : required) EXPECT_TRUE(ops.count(op)) << "no backend-ops case for ops::" << op;
   std::printf("[table] %zu cases (%zu selected; H3_OPS_LARGE=%d) over %zu ops\n", all_cases().size(),
               selected_cases().size(), large_enabled() ? 1 : 0, ops.size());

@@ -105,6 +105,35 @@ void add_matmul(const Shape& ashape, const Shape& bshape, DType t, bool large = 
   register_case(std::move(c));
 }
 
+// residual + x w^T, the LoRA pair's second GEMM with its sum (a thin K, a wide N).
+void add_linear_residual(const Shape& xshape, int64_t n, DType xt, DType wt) {
+  OpCase c;
+  c.op = "linear_residual";
+  std::string dims;
+  for (int64_t d : xshape) dims += std::to_string(d) + "x";
+  c.name = "linear_residual_" + dtype_tag(xt) + "_w" + dtype_tag(wt) + "_x" + dims + "n" +
+           std::to_string(n);
+  c.dtype = xt;
+  const int64_t k = xshape.back();
+  Shape rshape = xshape;
+  rshape.back() = n;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.uniform_tensor(xshape, xt),
+                               r.uniform_tensor({n, k}, wt, -0.5f, 0.5f),
+                               r.uniform_tensor(rshape, xt, -2.0f, 2.0f)};
+  };
+  c.run = [](const std::vector<Tensor>& in) {
+    return h3::ops::linear_residual(in[0], in[1], in[2]);
+  };
+  c.reference = [](const std::vector<Tensor>& in) {
+    std::vector<double> y = ref_linear(in, false);
+    const std::vector<double> res = f64(in[2]);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += res[i];
+    return y;
+  };
+  register_case(std::move(c));
+}
+
 void add_cases() {
   for (DType t : {DType::kF32, DType::kBF16}) {
     add_linear({1, 1}, 1, t, t, false);
@@ -126,6 +155,11 @@ void add_cases() {
   add_linear({9, 24}, 96, DType::kF32, DType::kBF16, true);
   add_linear({9, 32}, 20, DType::kBF16, DType::kF32, true);
   add_linear({10, 48}, 30, DType::kF16, DType::kF16, true);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    add_linear_residual({37, 16}, 96, t, t);
+    add_linear_residual({2, 9, 64}, 40, t, t);
+  }
+  add_linear_residual({11, 8}, 24, DType::kBF16, DType::kF32);  // mixed: the composition
 }
 H3_OPS_CASES(add_cases);
 

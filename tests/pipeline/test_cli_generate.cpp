@@ -12,7 +12,10 @@
 #include <iterator>
 #include <string>
 
+#include "io/safetensors.h"
+#include "pipeline/generate.h"
 #include "support/cli.h"
+#include "support/golden.h"
 #include "support/temp_dir.h"
 
 #if defined(H3_WITH_FFMPEG)
@@ -211,6 +214,36 @@ TEST(CliGenerate, FailureMidRunLeavesNoOutputFile) {
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.output, "vae")) << r.output;
   EXPECT_EQ(entries(out_dir), 0u) << "a partial output was left";
+}
+
+
+// `h3 encode-text` writes each prompt's features as the generation computes them (the same path:
+// bit for bit the prompt_embeds of a generation of that prompt), with the ids and the prompts.
+TEST(CliGenerate, EncodeTextWritesTheFeaturesTheGenerationUses) {
+  TempDir tmp("h3_cli_encode_text");
+  const fs::path model = make_tiny(tmp.path());
+  const std::string out = (tmp.path() / "features.safetensors").string();
+  const test::RunResult r =
+      test::run_h3("encode-text --model " + test::shell_quote(model.string()) +
+                   " --prompt 'a red circle bounces' --prompt 'a blue square moves to the left' --out " +
+                   test::shell_quote(out));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto f = io::SafetensorsFile::open(out);
+  EXPECT_EQ(f->metadata().at("prompts"),
+            R"(["a red circle bounces","a blue square moves to the left"])");
+  pipeline::GenerateRequest req;
+  req.prompt = "a blue square moves to the left";
+  req.height = 32;
+  req.width = 32;
+  req.num_frames = 5;
+  req.allow_any_duration = true;
+  req.num_inference_steps = 2;
+  const pipeline::GenerateResult g = pipeline::generate_t2va(model.string(), req, {});
+  const Tensor e = f->tensor("prompt.1.embeds");
+  ASSERT_EQ(e.shape(), g.prompt_embeds.shape());
+  EXPECT_EQ(test::count_bit_mismatches(e, g.prompt_embeds), 0);
+  EXPECT_EQ(f->tensor("prompt.1.input_ids").to_i64_vector(), g.input_ids);
+  EXPECT_NE(f->tensor("prompt.0.embeds").shape(), Shape{});
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "models/h3_dit/dit_config.h"
+#include "models/tiny_model.h"
 #include "support/cli.h"
 #include "support/golden.h"
 #include "support/temp_dir.h"
@@ -385,6 +387,48 @@ TEST_F(CliInfoPlan, BadArguments) {
   r = run_h3("info --plan --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(contains(r.output, "--device-memory SIZE")) << r.output;
+}
+
+// `h3 info --lora` lists what an adapter changes and what matches nothing (exit 1), and `h3
+// generate --lora` refuses that file before loading a weight, naming the file, the key and the flag
+// that would skip it.
+TEST(CliInfo, LoraListsUpdatesAndUnmatchedKeysAndGenerateRefusesThem) {
+  TempDir dir("h3_cli_lora");
+  const std::string repo = (dir.path() / "tiny").string();
+  models::make_tiny(repo, {});
+  const dit::DitConfig c = dit::DitConfig::load(repo + "/transformer");
+  auto zeros = [](const Shape& s) {
+    return Tensor::from_f32(std::vector<float>(static_cast<size_t>(shape_numel(s)), 0.01f), s);
+  };
+  const int64_t r = 2;
+  std::vector<io::NamedTensor> ts = {
+      {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight", zeros({r, c.hidden_size})},
+      {"diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight", zeros({3 * c.inner_dim(), r})},
+      {"diffusion_model.blocks.0.mlp.fc1.lora_A.weight", zeros({r, c.hidden_size})},
+      {"diffusion_model.blocks.0.mlp.fc1.lora_B.weight", zeros({2 * c.ffn_dim, r})}};
+  const std::string good = (dir.path() / "good.safetensors").string();
+  io::write_safetensors(good, ts);
+  ts.push_back({"diffusion_model.blocks.0.attn.mystery.lora_A.weight", zeros({r, c.hidden_size})});
+  const std::string bad = (dir.path() / "bad.safetensors").string();
+  io::write_safetensors(bad, ts);
+
+  const RunResult ok = run_h3("info --lora " + shell_quote(good) + " --model " + shell_quote(repo));
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  for (const char* want : {"layout: original", "attn.to_q.weight: 1 low-rank",
+                           "ff.net.0.proj.weight: 1 low-rank", "rank/alpha 2/2"})
+    EXPECT_TRUE(contains(ok.output, want)) << want << " not in:\n" << ok.output;
+  const RunResult listed = run_h3("info --lora " + shell_quote(bad) + " --model " + shell_quote(repo));
+  EXPECT_EQ(listed.status, 1) << listed.output;
+  EXPECT_TRUE(contains(listed.output, "unmatched (skipped): 1")) << listed.output;
+  EXPECT_TRUE(contains(listed.output, "attn.mystery.lora_A.weight")) << listed.output;
+
+  const RunResult refused = run_h3("generate --model " + shell_quote(repo) +
+                                   " --prompt x --allow-any-duration --lora " + shell_quote(bad) +
+                                   " --out " + shell_quote((dir.path() / "o.mp4").string()));
+  EXPECT_NE(refused.status, 0) << refused.output;
+  for (const char* want : {"bad.safetensors", "attn.mystery.lora_A.weight", "--lora-allow-unmatched"})
+    EXPECT_TRUE(contains(refused.output, want)) << want << " not in:\n" << refused.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "o.mp4"));
 }
 
 }  // namespace

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/safetensors.h"
 #include "media/wav_io.h"
+#include "models/h3_dit/dit_config.h"
 #include "models/tiny_model.h"
 #include "serve/preview.h"
 #include "support/cli.h"
@@ -479,6 +481,52 @@ TEST_F(ServeCli, RefusesJobFlagsAndBadServerFlags) {
   r = run_h3("serve");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--model"), std::string::npos) << r.output;
+}
+
+// Adapters offered from --lora-dir, per request: a job that names one differs from the base, the
+// next job without it is the base again byte for byte (the engine restores the fused weights), and
+// a name the server does not offer is answered naming the field.
+TEST_F(ServeCli, LoraAdaptersPerRequestAndTheBaseAfterThem) {
+  const fs::path loras = work_->path() / "loras";
+  fs::create_directories(loras);
+  const dit::DitConfig c = dit::DitConfig::load(tiny_ + "/transformer");
+  std::vector<io::NamedTensor> ts;
+  std::vector<float> a(static_cast<size_t>(4 * c.hidden_size)), b(static_cast<size_t>(c.inner_dim() * 4));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.3f * static_cast<float>((i * 37) % 11) - 1.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.2f * static_cast<float>((i * 53) % 13) - 1.2f;
+  for (const char* m : {"attn.to_q", "attn.to_v"}) {
+    const std::string p = std::string("transformer.transformer_blocks.0.") + m;
+    ts.push_back({p + ".lora_A.weight", Tensor::from_f32(a, {4, c.hidden_size})});
+    ts.push_back({p + ".lora_B.weight", Tensor::from_f32(b, {c.inner_dim(), 4})});
+  }
+  io::write_safetensors((loras / "style.safetensors").string(), ts);
+
+  auto s = start("--lora-dir " + shell_quote(loras.string()));
+  auto cl = s->client();
+  auto run = [&](const json& job) {
+    const json j = post(*cl, job);
+    const std::string id = j.value("id", "");
+    const json done = wait_for(*cl, id, [](const json& v) {
+      return v.value("status", "") == "completed" || v.value("status", "") == "failed";
+    });
+    EXPECT_EQ(done.value("status", ""), "completed") << done.dump();
+    auto mp4 = cl->Get(("/v1/videos/" + id + "/content").c_str());
+    return mp4 ? mp4->body : std::string();
+  };
+  const std::string base = run(tiny_job());
+  json with = tiny_job();
+  with["loras"] = json::array({"style.safetensors:0.8"});
+  const std::string adapted = run(with);
+  const std::string again = run(tiny_job());
+  ASSERT_FALSE(base.empty());
+  EXPECT_NE(adapted, base) << "the adapter did not change the video";
+  EXPECT_EQ(again, base) << "the base model after an adapter differs from the base model before it";
+
+  json missing = tiny_job();
+  missing["loras"] = json::array({json{{"name", "other.safetensors"}, {"scale", 1.0}}});
+  const json e = post(*cl, missing, 400);
+  EXPECT_EQ(e["error"].value("param", ""), "loras") << e.dump();
+  EXPECT_NE(e["error"].value("message", "").find("style.safetensors"), std::string::npos) << e.dump();
 }
 
 }  // namespace

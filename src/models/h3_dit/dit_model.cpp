@@ -18,7 +18,7 @@ namespace {
 Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
                    const Tensor* bias = nullptr) {
   Tensor y = ops::linear(x, w, bias);
-  for (const LowRankPair& p : lora) y = ops::add(y, ops::linear(ops::linear(x, p.down), p.up));
+  for (const LowRankPair& p : lora) y = ops::linear_residual(ops::linear(x, p.down), p.up, y);
   return y;
 }
 

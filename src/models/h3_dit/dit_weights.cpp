@@ -182,7 +182,10 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     return a;
   };
   auto feed_forward = [&](const std::string& p) {
-    return DitFeedForwardWeights{take(p + "ff.net.0.proj.weight"), take(p + "ff.net.2.weight")};
+    DitFeedForwardWeights ff;
+    ff.fc_in = take(p + "ff.net.0.proj.weight");
+    ff.fc_out = take(p + "ff.net.2.weight");
+    return ff;
   };
 
   DitWeights w;

@@ -22,4 +22,9 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
   return rope(rms_norm(x, weight, eps), cos, sin, rotary_dim);
 }
 
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual) {
+  if (x.defined() && x.device().is_cuda()) return cuda::linear_residual(x, w, residual);
+  return add(residual, linear(x, w));
+}
+
 }  // namespace h3::ops

@@ -21,9 +21,10 @@ struct GemmOperand {
 // Row-major C[M, N] (row stride ldc) = op(A)[M, K] x op(B)[K, N] (+ bias[N]) through cuBLASLt,
 // float32 accumulation (no TF32 for f32 inputs). A and B share one dtype (f32, bf16 or f16); C is
 // f32, bf16 or f16; bias (may be null) has C's dtype and is added in the epilogue before rounding.
+// `c_in` (may be null) is added too (beta = 1): C = c_in + op(A) op(B), with c_in laid out as C.
 void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOperand& b, void* c,
           DType c_dtype, int64_t ldc, int64_t c_batch_stride, int64_t batch, const void* bias,
-          int device);
+          int device, const void* c_in = nullptr);
 
 // out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride
 // in_ld / out_ld); bias may be null; per_row selects bias[r] (convolutions) over bias[c].

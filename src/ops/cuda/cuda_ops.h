@@ -37,6 +37,7 @@ void scatter_rows(Tensor& dst, const Tensor& idx, const Tensor& src);
 Tensor concat(const std::vector<Tensor>& parts, int dim);
 Tensor copy(const Tensor& x);
 void copy_into(Tensor& dst, const Tensor& src);
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx);
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim);
 

@@ -12,6 +12,7 @@ namespace h3::ops::cuda {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) { no_cuda("linear"); }
 Tensor matmul(const Tensor& a, const Tensor& b) { no_cuda("matmul"); }
+Tensor linear_residual(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear_residual"); }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor* mask) { no_cuda("attention"); }
 Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) { no_cuda("rms_norm"); }
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps) { no_cuda("layer_norm"); }

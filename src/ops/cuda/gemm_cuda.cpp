@@ -100,7 +100,7 @@ struct Layout {
 
 void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOperand& b, void* c,
           DType c_dtype, int64_t ldc, int64_t c_batch_stride, int64_t batch, const void* bias,
-          int device) {
+          int device, const void* c_in) {
   H3_CHECK(a.dtype == b.dtype, ErrorCode::kInternal, "gemm: operand dtypes differ (",
            dtype_name(a.dtype), ", ", dtype_name(b.dtype), ")");
   if (M == 0 || N == 0 || batch == 0) return;
@@ -139,7 +139,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
   AlgoKey key{};
   const int64_t vals[20] = {M, N, K, a.ld, b.ld, ldc, a.trans, b.trans, static_cast<int64_t>(a.dtype),
                             static_cast<int64_t>(c_dtype), batch, a.batch_stride, b.batch_stride,
-                            c_batch_stride, bias != nullptr, al_a, al_b, al_c, device, 0};
+                            c_batch_stride, bias != nullptr, al_a, al_b, al_c, device,
+                            c_in != nullptr ? 1 + alignment_of(c_in) : 0};
   std::memcpy(key.v, vals, sizeof(vals));
   auto it = g_algos.find(key);
   if (it == g_algos.end()) {
@@ -173,8 +174,9 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
              static_cast<int>(st), ")");
     it = g_algos.emplace(key, result.algo).first;
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta, c, lc.l, c, lc.l,
+  const float alpha = 1.0f, beta = c_in ? 1.0f : 0.0f;
+  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta,
+                          c_in ? c_in : c, lc.l, c, lc.l,
                           &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
            "cublasLtMatmul");
 }
@@ -184,6 +186,38 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 static DType compute_dtype(DType x, DType w) {
   if (x == w && (x == DType::kBF16 || x == DType::kF16 || x == DType::kF32)) return x;
   return DType::kF32;
+}
+
+Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual) {
+  require_cuda(x, "linear_residual", "x");
+  require_cuda(w, "linear_residual", "w");
+  require_cuda(residual, "linear_residual", "residual");
+  require_same_device(x, w, "linear_residual");
+  require_same_device(x, residual, "linear_residual");
+  H3_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1), ErrorCode::kInvalidArgument,
+           "ops::linear_residual: x ", shape_str(x.shape()), " and w ", shape_str(w.shape()),
+           " do not match (expected x [..., K] and w [N, K])");
+  Shape out_shape = x.shape();
+  out_shape.back() = w.size(0);
+  H3_CHECK(residual.shape() == out_shape && residual.dtype() == x.dtype(),
+           ErrorCode::kInvalidArgument, "ops::linear_residual: residual ", residual.desc(),
+           ": expected ", shape_str(out_shape), " in x's dtype ", dtype_name(x.dtype()));
+  const DType out_t = x.dtype();
+  const DType ct = compute_dtype(x.dtype(), w.dtype());
+  // The epilogue adds the residual in float32 before the one rounding; where the operands would
+  // first be widened (mixed dtypes), the composition is as fast.
+  if (ct != out_t || !fusion_enabled("GEMM_RESIDUAL")) return add(residual, linear(x, w, nullptr));
+  set_device_of(x);
+  const int64_t N = w.size(0), K = w.size(1);
+  const int64_t M = K ? x.numel() / K : 0;
+  Tensor out = Tensor::empty(out_shape, out_t, x.device());
+  if (out.numel() == 0) return out;
+  if (K == 0) return copy(residual);
+  const Tensor xc = contiguous(x), wc = contiguous(w), rc = contiguous(residual);
+  const GemmOperand A{xc.raw(), ct, K, false, 0};
+  const GemmOperand B{wc.raw(), ct, K, true, 0};
+  gemm(M, N, K, A, B, out.raw(), out_t, N, 0, 1, nullptr, x.device().index, rc.raw());
+  return out;
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
