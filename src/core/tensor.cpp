@@ -116,6 +116,26 @@ Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device
   return t;
 }
 
+Tensor Tensor::over(std::shared_ptr<Storage> storage, size_t byte_offset, const Shape& shape,
+                    DType dtype) {
+  check_shape(shape);
+  H3_CHECK(storage != nullptr, ErrorCode::kInvalidArgument, "Tensor::over: no storage");
+  const size_t elem = dtype_size(dtype);
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * elem;
+  H3_CHECK(byte_offset % elem == 0 && byte_offset <= storage->bytes() &&
+               bytes <= storage->bytes() - byte_offset,
+           ErrorCode::kInvalidArgument, "Tensor::over: ", dtype_name(dtype), shape_str(shape),
+           " at byte ", byte_offset, " does not fit a storage of ", storage->bytes(),
+           " bytes at an element boundary");
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.offset_ = static_cast<int64_t>(byte_offset / elem);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::from_f32(const std::vector<float>& values, const Shape& shape, DType dtype) {
   H3_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), ErrorCode::kInvalidArgument,
            "from_f32: ", values.size(), " values do not fill shape ", shape_str(shape));

@@ -58,6 +58,11 @@ class Tensor {
   // Wraps memory owned elsewhere; `owner` is kept alive as long as any view of the tensor.
   static Tensor borrow(void* data, const Shape& shape, DType dtype, Device device,
                        std::shared_ptr<const void> owner);
+  // A contiguous tensor over existing storage, starting `byte_offset` bytes in (a multiple of the
+  // dtype's size; the bytes must lie inside the storage): several tensors packed into one
+  // allocation, each keeping the allocation alive (io::LoadLayout::kPacked).
+  static Tensor over(std::shared_ptr<Storage> storage, size_t byte_offset, const Shape& shape,
+                     DType dtype);
   // CPU tensor copied from host values, converted (with rounding) to dtype.
   static Tensor from_f32(const std::vector<float>& values, const Shape& shape,
                          DType dtype = DType::kF32);

@@ -42,7 +42,40 @@ std::string LoadStats::str() const {
   return os.str();
 }
 
+std::string LoadStats::parts_str() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "alloc " << alloc_seconds * 1e3 << ", probe " << probe_seconds * 1e3 << ", read "
+     << read_seconds * 1e3 << ", copy " << copy_seconds * 1e3 << ", wait " << wait_seconds * 1e3
+     << ", fill " << fill_seconds * 1e3 << " ms";
+  return os.str();
+}
+
+LoadStats LoadStats::since(const LoadStats& before) const {
+  LoadStats d = *this;
+  d.bytes -= before.bytes;
+  d.tensors -= before.tensors;
+  d.seconds -= before.seconds;
+  d.alloc_seconds -= before.alloc_seconds;
+  d.probe_seconds -= before.probe_seconds;
+  d.read_seconds -= before.read_seconds;
+  d.copy_seconds -= before.copy_seconds;
+  d.wait_seconds -= before.wait_seconds;
+  d.fill_seconds -= before.fill_seconds;
+  return d;
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Each tensor of a packed load starts at this boundary (what cudaMalloc guarantees one alone).
+constexpr uint64_t kPackAlign = 256;
 
 CufileMode resolve_cufile_mode(CufileMode m) {
   if (m != CufileMode::kEnv) return m;
@@ -170,7 +203,10 @@ bool mostly_cached(int fd, const std::vector<Range>& ranges) {
 }  // namespace
 
 uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
-                      DeviceLoader::Sink& sink, const DeviceLoaderOptions& options) {
+                      DeviceLoader::Sink& sink, const DeviceLoaderOptions& options,
+                      LoadStats* times) {
+  LoadStats local;
+  LoadStats& t = times ? *times : local;
   std::sort(spans.begin(), spans.end(),
             [](const ByteSpan& a, const ByteSpan& b) { return a.offset < b.offset; });
   spans.erase(std::remove_if(spans.begin(), spans.end(), [](const ByteSpan& s) { return s.nbytes == 0; }),
@@ -188,9 +224,11 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
     }
   }
   Fd fd(path);
+  auto t0 = Clock::now();
   const int readers = mostly_cached(fd.get(), ranges)
                           ? std::max(options.reader_threads, options.cached_reader_threads)
                           : options.reader_threads;
+  t.probe_seconds += seconds_since(t0);
   // Tell the kernel the reads are sequential (larger readahead), per range.
   for (const Range& r : ranges)
     ::posix_fadvise(fd.get(), static_cast<off_t>(r.begin), static_cast<off_t>(r.end - r.begin),
@@ -209,10 +247,15 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
     size_t next_span = r.first;  // first span that may still overlap the coming chunks
     for (uint64_t pos = r.begin; pos < r.end; pos += cap) {
       const size_t len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
+      t0 = Clock::now();
       sink.wait(slot);  // the copies out of this buffer from the last round are done
+      t.wait_seconds += seconds_since(t0);
+      t0 = Clock::now();
       uint8_t* buf = sink.buffer(slot);
       pread_parallel(fd.get(), buf, len, pos, readers, path, spans[next_span].label);
       read_bytes += len;
+      t.read_seconds += seconds_since(t0);
+      t0 = Clock::now();
       const uint64_t chunk_end = pos + len;
       for (size_t i = next_span; i < r.last && spans[i].offset < chunk_end; ++i) {
         const ByteSpan& s = spans[i];
@@ -225,10 +268,13 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
       while (next_span < r.last && spans[next_span].offset + spans[next_span].nbytes <= chunk_end)
         ++next_span;
       sink.release(slot);
+      t.copy_seconds += seconds_since(t0);
       slot = (slot + 1) % nbuf;
     }
   }
+  t0 = Clock::now();
   sink.finish();
+  t.wait_seconds += seconds_since(t0);
   return read_bytes;
 }
 
@@ -273,7 +319,8 @@ DeviceLoader::DeviceLoader(Device device, const DeviceLoaderOptions& options)
 
 DeviceLoader::~DeviceLoader() = default;
 
-std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector<LoadItem>& items) {
+std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
+                                       LoadLayout layout) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> out(items.size());
   for (const LoadItem& it : items)
@@ -289,15 +336,30 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       out[i] = std::move(t);
     }
   } else {
+    const auto a0 = Clock::now();
+    std::shared_ptr<Storage> pack;  // LoadLayout::kPacked: every tensor's bytes
+    if (layout == LoadLayout::kPacked) {
+      uint64_t total = 0;
+      for (const LoadItem& it : items)
+        total += (ckpt.info(it.name).nbytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+      if (total > 0) pack = Storage::allocate(static_cast<size_t>(total), device_);
+    }
     // Group by file (a sharded checkpoint streams each shard in its own order).
     std::map<const SafetensorsFile*, std::vector<ByteSpan>> by_file;
+    uint64_t packed_at = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const TensorInfo& info = ckpt.info(items[i].name);
-      out[i] = Tensor::empty(info.shape, info.dtype, device_);
+      if (pack) {
+        out[i] = Tensor::over(pack, static_cast<size_t>(packed_at), info.shape, info.dtype);
+        packed_at += (info.nbytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+      } else {
+        out[i] = Tensor::empty(info.shape, info.dtype, device_);
+      }
       bytes += info.nbytes;
       by_file[&ckpt.file_of(items[i].name)].push_back(
           {info.begin, info.nbytes, out[i].raw(), items[i].name});
     }
+    stats_.alloc_seconds += seconds_since(a0);
     bool done = false;
     if (use_cufile_) {
       try {
@@ -330,7 +392,7 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
       sink_->begin();
       try {
         for (auto& [file, spans] : by_file)
-          stream_spans(file->path(), std::move(spans), *sink_, options_);
+          stream_spans(file->path(), std::move(spans), *sink_, options_, &stats_);
       } catch (...) {
         sink_->finish();  // no copy may still target the tensors freed on the way out
         throw;
@@ -371,7 +433,7 @@ Shared& shared() {
 }  // namespace
 
 std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
-                                    Device device) {
+                                    Device device, LoadLayout layout) {
   Shared& s = shared();
   std::lock_guard<std::mutex> lock(s.mu);
   std::unique_ptr<DeviceLoader> cpu;
@@ -385,16 +447,24 @@ std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<Lo
     loader = cpu.get();
   }
   const LoadStats before = loader->stats();
-  std::vector<Tensor> out = loader->load(ckpt, items);
-  const LoadStats& after = loader->stats();
-  s.totals.bytes += after.bytes - before.bytes;
-  s.totals.tensors += after.tensors - before.tensors;
-  s.totals.seconds += after.seconds - before.seconds;
-  s.totals.method = after.method;
+  std::vector<Tensor> out = loader->load(ckpt, items, layout);
+  const LoadStats d = loader->stats().since(before);
+  s.totals.bytes += d.bytes;
+  s.totals.tensors += d.tensors;
+  s.totals.seconds += d.seconds;
+  s.totals.alloc_seconds += d.alloc_seconds;
+  s.totals.probe_seconds += d.probe_seconds;
+  s.totals.read_seconds += d.read_seconds;
+  s.totals.copy_seconds += d.copy_seconds;
+  s.totals.wait_seconds += d.wait_seconds;
+  s.totals.method = d.method;
   // Benchmarks' random weights (io/weight_fill.h): after the read, so load timings stay real.
-  if (weight_fill())
+  if (weight_fill()) {
+    const auto f0 = Clock::now();
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = apply_weight_fill(ckpt.source(), items[i].name, std::move(out[i]));
+    s.totals.fill_seconds += seconds_since(f0);
+  }
   return out;
 }
 

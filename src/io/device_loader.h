@@ -48,9 +48,27 @@ struct LoadStats {
   uint64_t tensors = 0;
   double seconds = 0;    // wall time of the loads, conversions included
   LoadMethod method = LoadMethod::kMmap;
+  // Parts of `seconds` in staging-ring and host-copy loads: the destination allocations, the
+  // page-cache check (mincore), the preads into the staging buffers, issuing the copies out of
+  // them, and waiting for copies (a buffer to come free, the last copies). `fill`, outside
+  // `seconds`: the benchmark weight fill of the helpers below (io/weight_fill.h), no part of a
+  // real load.
+  double alloc_seconds = 0, probe_seconds = 0, read_seconds = 0, copy_seconds = 0, wait_seconds = 0,
+         fill_seconds = 0;
   double gb_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
   std::string str() const;  // "1.23 GB in 0.45 s (2.73 GB/s, pinned-ring, 17 tensors)"
+  // The parts in milliseconds: "alloc 0.12, probe 0.30, read 17.1, copy 1.4, wait 0.8, fill 0 ms".
+  std::string parts_str() const;
+  // What happened between `before` and this (both cumulative figures of one loader or process).
+  LoadStats since(const LoadStats& before) const;
 };
+
+// Where a load puts its tensors on the device (or in host copies): each in its own allocation,
+// or all in one allocation, each at a 256-byte boundary. Packing saves a component of hundreds of
+// small tensors as many pool allocations; its memory returns only when the last of them goes, so
+// it suits a set that lives and dies together (a dtype conversion, `as`, makes a separate tensor
+// and leaves its packed bytes unused).
+enum class LoadLayout { kSeparate, kPacked };
 
 struct DeviceLoaderOptions {
   size_t staging_bytes = size_t{64} << 20;  // one ring buffer
@@ -87,7 +105,8 @@ class DeviceLoader {
   // checkpoint and tensor for an unknown name, kIo naming the file when a read fails or the file
   // is shorter than its header says (truncated after it was opened), kOutOfMemory from the
   // allocations. All copies have completed when it returns.
-  std::vector<Tensor> load(const Checkpoint& ckpt, const std::vector<LoadItem>& items);
+  std::vector<Tensor> load(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
+                           LoadLayout layout = LoadLayout::kSeparate);
   Tensor load_one(const Checkpoint& ckpt, const std::string& name,
                   std::optional<DType> as = std::nullopt);
   // Cumulative over this loader's calls.
@@ -111,7 +130,7 @@ Tensor load_tensor_to(const Checkpoint& ckpt, const std::string& name, Device de
                       std::optional<DType> as = std::nullopt);
 // Several tensors in one pass (file order), returned in the order of `items`.
 std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
-                                    Device device);
+                                    Device device, LoadLayout layout = LoadLayout::kSeparate);
 // Totals of every load through the two helpers above since the process started; the engine
 // reports the difference around a component's load.
 LoadStats device_load_totals();
@@ -130,9 +149,11 @@ struct ByteSpan {
   std::string label;  // tensor name, for error messages
 };
 // Streams `spans` of the file at `path` through `sink`'s ring (spans sorted here by offset).
-// Returns the number of bytes read from the file (gaps merged in included).
+// Returns the number of bytes read from the file (gaps merged in included). `times`, when given,
+// gets the probe, read, copy and wait seconds added (LoadStats).
 uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
-                      DeviceLoader::Sink& sink, const DeviceLoaderOptions& options);
+                      DeviceLoader::Sink& sink, const DeviceLoaderOptions& options,
+                      LoadStats* times = nullptr);
 
 // A sink with `buffers` staging buffers of `bytes` each: pinned + async copies on a copy stream
 // for a CUDA device (kUnsupported in builds without CUDA), plain memory + memcpy for the CPU.

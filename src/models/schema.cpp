@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <set>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/status.h"
 
@@ -53,11 +55,17 @@ std::optional<Schema> schema_for(const io::Component& c) {
 
 // ---- the check ---------------------------------------------------------------------------------
 
-SchemaCheck check_schema(const Schema& schema, const std::vector<io::TensorInfo>& tensors) {
+namespace {
+
+// The check over the checkpoint's own records (no copies of names or shapes: a released
+// component has up to a few thousand tensors and the check runs at every load).
+SchemaCheck check_infos(const Schema& schema, const std::vector<const io::TensorInfo*>& tensors) {
   SchemaCheck r;
-  std::map<std::string, const io::TensorInfo*> have;
-  for (const auto& t : tensors) have[t.name] = &t;
-  std::set<std::string> known;
+  std::unordered_map<std::string_view, const io::TensorInfo*> have;
+  have.reserve(tensors.size());
+  for (const io::TensorInfo* t : tensors) have[t->name] = t;
+  std::unordered_set<std::string_view> known;
+  known.reserve(schema.tensors.size());
   for (const auto& spec : schema.tensors) {
     known.insert(spec.name);
     auto it = have.find(spec.name);
@@ -66,12 +74,12 @@ SchemaCheck check_schema(const Schema& schema, const std::vector<io::TensorInfo>
       continue;
     }
     const io::TensorInfo& got = *it->second;
-    const TensorMismatch m{spec.name, spec.shape, got.shape, spec.dtype, got.dtype};
     if (got.shape != spec.shape) {
-      r.misshapen.push_back(m);
+      r.misshapen.push_back({spec.name, spec.shape, got.shape, spec.dtype, got.dtype});
       continue;
     }
     if (got.dtype != spec.dtype) {
+      const TensorMismatch m{spec.name, spec.shape, got.shape, spec.dtype, got.dtype};
       // A float stored at another precision still loads (converted); anything else cannot.
       if (dtype_is_float(got.dtype) && dtype_is_float(spec.dtype)) {
         r.dtype_warnings.push_back(m);
@@ -83,17 +91,27 @@ SchemaCheck check_schema(const Schema& schema, const std::vector<io::TensorInfo>
     ++r.matched;
     if (!spec.used) ++r.skipped;
   }
-  for (const auto& t : tensors) {
-    if (!known.count(t.name)) r.unexpected.push_back(t.name);
+  for (const io::TensorInfo* t : tensors) {
+    if (!known.count(t->name)) r.unexpected.push_back(t->name);
   }
   std::sort(r.unexpected.begin(), r.unexpected.end());
   return r;
 }
 
+}  // namespace
+
+SchemaCheck check_schema(const Schema& schema, const std::vector<io::TensorInfo>& tensors) {
+  std::vector<const io::TensorInfo*> infos;
+  infos.reserve(tensors.size());
+  for (const auto& t : tensors) infos.push_back(&t);
+  return check_infos(schema, infos);
+}
+
 SchemaCheck check_schema(const Schema& schema, const io::Checkpoint& checkpoint) {
-  std::vector<io::TensorInfo> infos;
-  for (const auto& name : checkpoint.names()) infos.push_back(checkpoint.info(name));
-  return check_schema(schema, infos);
+  std::vector<const io::TensorInfo*> infos;
+  for (const auto& file : checkpoint.files())
+    for (const io::TensorInfo& t : file->tensors()) infos.push_back(&t);
+  return check_infos(schema, infos);
 }
 
 std::vector<std::string> SchemaCheck::errors() const {

@@ -208,6 +208,21 @@ Tensor weight_norm(const Tensor& g, const Tensor& v) {
   return cpu::weight_norm(g, v);
 }
 
+void weight_norm_into(Tensor& dst, const Tensor& g, const Tensor& v) {
+  const Device dev = check_devices("weight_norm_into", {{"dst", &dst}, {"g", &g}, {"v", &v}});
+  check_float("weight_norm_into", "g", g);
+  check_float("weight_norm_into", "v", v);
+  H3_CHECK(v.dim() >= 1 && v.size(0) >= 1, ErrorCode::kInvalidArgument, "ops::weight_norm_into: v ",
+           v.desc(), " must be a non-empty tensor");
+  H3_CHECK(g.numel() == v.size(0), ErrorCode::kInvalidArgument, "ops::weight_norm_into: g ",
+           g.desc(), " must hold one gain per slice of dim 0 of v ", v.desc());
+  H3_CHECK(dst.is_contiguous() && dst.dtype() == DType::kF32 && dst.shape() == v.shape(),
+           ErrorCode::kInvalidArgument, "ops::weight_norm_into: dst ", dst.desc(),
+           " must be contiguous float32 of the shape of v ", v.desc());
+  if (dev.is_cuda()) return cuda::weight_norm_into(dst, g, v);
+  cpu::weight_norm_into(dst, g, v);
+}
+
 // ---- position and modulation -------------------------------------------------------------------------
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int rotary_dim) {

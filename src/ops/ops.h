@@ -74,6 +74,10 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tenso
 // float64 and rounded to float32 once (the reference's float32 norm within its rounding); g / norm
 // and the product are float32, as torch computes them. Output of v's shape and dtype.
 Tensor weight_norm(const Tensor& g, const Tensor& v);
+// The same fold written into `dst` (contiguous float32 of v's shape, on v's device), which may be
+// v itself: a loaded weight folded where it lies, with no second allocation. Bit-identical to
+// weight_norm.
+void weight_norm_into(Tensor& dst, const Tensor& g, const Tensor& v);
 
 // ---- position and modulation ---------------------------------------------------------------------
 

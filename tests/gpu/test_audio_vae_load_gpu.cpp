@@ -1,17 +1,19 @@
 // The audio VAE's weights loaded onto the GPU equal the CPU load: on CUDA the stored tensors are
-// read straight to the device and the weight-norm fold runs there (ops::weight_norm), where the CPU
-// folds on the host. Biases, Snake parameters, the attention bias and the anti-aliasing filters
-// must be the same bits; folded weights the same bits but where a norm lies on a float32 rounding
-// boundary (the device's float64 sum of squares is taken in another order than the host's): there
-// at most one ulp. The count of such elements is printed (expected 0). The same holds with the
-// benchmarks' random weights (io::WeightFill), which fill on the device for the device load and on
-// the host for the host's filters. Skips visibly without a CUDA device or golden data.
+// read straight to the device into one allocation and the weight-norm fold runs there, in place
+// (ops::weight_norm_into), where the CPU folds on the host. Biases, Snake parameters, the attention
+// bias and the anti-aliasing filters must be the same bits; folded weights the same bits but where
+// a norm lies on a float32 rounding boundary (the device's float64 sum of squares is taken in
+// another order than the host's): there at most one ulp. The count of such elements is printed
+// (expected 0). The same holds with the benchmarks' random weights (io::WeightFill), which fill on
+// the device for the device load and on the host for the host's filters. Skips visibly without a
+// CUDA device or golden data.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,10 @@ TEST(GpuAudioVaeLoad, WeightNormFoldMatchesHostAtReleasedShapes) {
     // The device fold is deterministic: the same bits again.
     const Tensor again = fold_weight_norm(g.to(Device::cuda(0)), v.to(Device::cuda(0)));
     expect_exact(shape_str(shape) + " (repeat)", dev.to(Device::cpu()), again);
+    // Folded over v where it lies (the device load's way): the same bits.
+    Tensor in_place = v.to(Device::cuda(0));
+    ops::weight_norm_into(in_place, g.to(Device::cuda(0)), in_place);
+    expect_exact(shape_str(shape) + " (in place)", dev.to(Device::cpu()), in_place);
   }
   std::printf(
       "[gpu weight_norm fold] %lld elements, %lld differ from the host fold, max %lld ulps "
@@ -201,6 +207,12 @@ TEST(GpuAudioVaeLoad, DeviceLoadEqualsHostLoad) {
   EXPECT_EQ(after.bytes - before.bytes, ckpt.total_bytes());
   EXPECT_NE(after.method, io::LoadMethod::kMmap);
   std::printf("[gpu audio VAE load] %s (totals since the process started)\n", after.str().c_str());
+  // One allocation holds the device pass: weights used as stored and folds written over their v.
+  const std::shared_ptr<Storage>& pack = d.decoder.in_proj.w.storage();
+  EXPECT_EQ(d.decoder.conv_pre.w.storage(), pack);
+  EXPECT_EQ(d.decoder.conv_post.w.storage(), pack);
+  EXPECT_EQ(d.decoder.resblocks.back().acts.back().log_beta.storage(), pack);
+  EXPECT_EQ(d.encoder.conv_in.w.storage(), pack);
   compare_loads(load_audio_vae_weights(config, ckpt, host), d);
   // Decoder only: the encoder's tensors are not read.
   dev.load_encoder = host.load_encoder = false;

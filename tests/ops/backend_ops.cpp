@@ -241,6 +241,8 @@ TEST(BackendOpsTable, CasesAreWellFormed) {
                             "concat",         "copy",       "copy_into",   "rms_norm_modulate",
                             "qk_norm_rope",   "linear_residual"};
   for (const char* op : required) EXPECT_TRUE(ops.count(op)) << "no backend-ops case for ops::" << op;
+  for (const char* op : {"weight_norm", "weight_norm_into"})
+    EXPECT_TRUE(ops.count(op)) << "no backend-ops case for ops::" << op;
   std::printf("[table] %zu cases (%zu selected; H3_OPS_LARGE=%d) over %zu ops\n", all_cases().size(),
               selected_cases().size(), large_enabled() ? 1 : 0, ops.size());
 }

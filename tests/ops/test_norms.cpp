@@ -139,17 +139,32 @@ void add_group(const Shape& shape, int groups, DType t, bool affine, bool large 
 // The audio VAE's weight-norm fold: g [d0, 1, 1], v [d0, d1, k]. The device must agree with the
 // CPU to the last float32 bit but for a norm lying on a rounding boundary (the two float64 sums
 // may differ in their last bits): at most an ulp or two of the largest element.
-void add_weight_norm(const Shape& v_shape, DType t) {
+// weight_norm_into: the fold written into float32 `dst`, which is a copy of v itself where v is
+// float32 (the loader's in-place fold) and a separate buffer otherwise.
+void add_weight_norm(const Shape& v_shape, DType t, bool into = false) {
   OpCase c;
-  c.op = "weight_norm";
-  c.name = "weight_norm_" + dtype_tag(t) + "_" + shape_tag(v_shape);
-  c.dtype = t;
-  if (t == DType::kF32) c.device_bounds = Bounds{2.5e-7, 2.5e-7};
+  c.op = into ? "weight_norm_into" : "weight_norm";
+  c.name = c.op + "_" + dtype_tag(t) + "_" + shape_tag(v_shape);
+  c.dtype = into ? DType::kF32 : t;  // weight_norm_into writes float32 whatever v's dtype
+  if (c.dtype == DType::kF32) c.device_bounds = Bounds{2.5e-7, 2.5e-7};
   c.make_inputs = [=](Rng& r) {
     return std::vector<Tensor>{r.uniform_tensor({v_shape[0], 1, 1}, DType::kF32, 0.1f, 2.0f),
                                r.normal_tensor(v_shape, t, 0.0f, 0.05f)};
   };
-  c.run = [](const std::vector<Tensor>& in) { return h3::ops::weight_norm(in[0], in[1]); };
+  if (into) {
+    c.run = [](const std::vector<Tensor>& in) {
+      if (in[1].dtype() == DType::kF32) {
+        Tensor v = h3::ops::copy(in[1]);
+        h3::ops::weight_norm_into(v, in[0], v);
+        return v;
+      }
+      Tensor dst = Tensor::empty(in[1].shape(), DType::kF32, in[1].device());
+      h3::ops::weight_norm_into(dst, in[0], in[1]);
+      return dst;
+    };
+  } else {
+    c.run = [](const std::vector<Tensor>& in) { return h3::ops::weight_norm(in[0], in[1]); };
+  }
   c.reference = [](const std::vector<Tensor>& in) {
     const std::vector<double> g = f64(in[0]), v = f64(in[1]);
     const int64_t rows = in[1].size(0), inner = in[1].numel() / rows;
@@ -172,6 +187,9 @@ void add_cases() {
   add_weight_norm({5, 3, 1}, DType::kF32);
   add_weight_norm({3, 1024, 11}, DType::kF32);  // long slices: every thread of a block accumulates
   add_weight_norm({12, 10, 3}, DType::kBF16);
+  add_weight_norm({24, 16, 7}, DType::kF32, true);
+  add_weight_norm({3, 1024, 11}, DType::kF32, true);
+  add_weight_norm({12, 10, 3}, DType::kBF16, true);
   for (DType t : {DType::kF32, DType::kBF16}) {
     add_rms({13, 96}, t, true, 1e-5f);      // DiT block norm (hidden 96)
     add_rms({11, 4, 32}, t, true, 1e-5f);   // per-head QK-norm

@@ -84,6 +84,46 @@ TEST(DeviceLoader, HostCopyRoundTripAcrossRingBoundaries) {
   }
 }
 
+// LoadLayout::kPacked: one allocation for the whole request, each tensor at a 256-byte boundary
+// in it, the same bytes as separate tensors, and the allocation alive while any tensor is.
+TEST(DeviceLoader, PackedLayoutSharesOneAllocation) {
+  test::TempDir dir("h3_devload");
+  const std::string path = (dir.path() / "mixed.safetensors").string();
+  const auto tensors = mixed_tensors(61, 5);
+  write_safetensors(path, tensors);
+  const Checkpoint ck = Checkpoint::open(path);
+  DeviceLoaderOptions o;
+  o.host_copy = true;
+  o.staging_bytes = 4096;
+  o.staging_buffers = 2;
+  DeviceLoader loader(Device::cpu(), o);
+  std::vector<LoadItem> items;
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) items.push_back({it->name, {}});
+  std::vector<Tensor> got = loader.load(ck, items, LoadLayout::kPacked);
+  ASSERT_EQ(got.size(), items.size());
+  const std::shared_ptr<Storage> pack = got[0].storage();
+  uint64_t padded = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Tensor ref = ck.tensor(items[i].name);
+    EXPECT_EQ(got[i].storage(), pack) << items[i].name;
+    EXPECT_TRUE(got[i].is_contiguous());
+    EXPECT_EQ(got[i].shape(), ref.shape());
+    EXPECT_EQ((static_cast<uint8_t*>(got[i].raw()) - static_cast<uint8_t*>(pack->data())) % 256, 0)
+        << items[i].name;
+    EXPECT_TRUE(same_bytes(got[i], ref)) << items[i].name;
+    padded += (ref.nbytes() + 255) / 256 * 256;
+  }
+  EXPECT_TRUE(pack->owned());
+  EXPECT_EQ(pack->bytes(), padded);
+  EXPECT_GE(loader.stats().read_seconds, 0.0);
+  // The last tensor standing keeps the allocation (and its bytes) alive.
+  const Tensor last = got.back();
+  const Tensor ref = ck.tensor(items.back().name);
+  got.clear();
+  EXPECT_EQ(pack.use_count(), 2);  // `pack` and `last`
+  EXPECT_TRUE(same_bytes(last, ref));
+}
+
 TEST(DeviceLoader, SubsetWithGapsAndConversion) {
   test::TempDir dir("h3_devload");
   const std::string path = (dir.path() / "mixed.safetensors").string();

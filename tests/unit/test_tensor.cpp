@@ -149,6 +149,24 @@ TEST(Tensor, BorrowedStorageKeepsOwnerAlive) {
   EXPECT_TRUE(watch.expired());
 }
 
+TEST(Tensor, OverSharesStorageAtAByteOffset) {
+  const std::shared_ptr<Storage> s = Storage::allocate(64, Device::cpu());
+  Tensor a = Tensor::over(s, 0, {2, 3}, DType::kF32);
+  Tensor b = Tensor::over(s, 32, {4}, DType::kBF16);
+  a.fill(1.5);
+  b.fill(-2.0);
+  EXPECT_EQ(a.storage(), s);
+  EXPECT_TRUE(a.is_contiguous() && b.is_contiguous());
+  EXPECT_EQ(static_cast<uint8_t*>(b.raw()) - static_cast<uint8_t*>(s->data()), 32);
+  EXPECT_EQ(a.to_f32_vector(), std::vector<float>(6, 1.5f));
+  EXPECT_EQ(b.to_f32_vector(), std::vector<float>(4, -2.0f));
+  EXPECT_EQ(b.view({2, 2}).to_f32_vector(), std::vector<float>(4, -2.0f));
+  // Past the end, or between elements: refused.
+  EXPECT_THROW(Tensor::over(s, 48, {5}, DType::kF32), Error);
+  EXPECT_THROW(Tensor::over(s, 2, {1}, DType::kF32), Error);
+  EXPECT_THROW(Tensor::over(s, 72, {0}, DType::kF32), Error);
+}
+
 TEST(Tensor, FromValuesChecksCount) {
   EXPECT_THROW(Tensor::from_f32({1, 2, 3}, {2, 2}), Error);
   EXPECT_THROW(Tensor::from_i64({1}, {2}), Error);

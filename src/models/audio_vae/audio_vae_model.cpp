@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include "core/log.h"
+#include "core/phase_timer.h"
 #include "core/status.h"
 #include "ops/ops.h"
 
@@ -38,13 +41,23 @@ Tensor channel_affine(const Tensor& z, const std::vector<float>& mean, const std
 }  // namespace
 
 AudioVae AudioVae::load(const std::string& component_dir, const AudioVaeOptions& options) {
+  PhaseTimer phases;
   // The component folder holds config.json and one checkpoint (a single file or a sharded index).
   const AudioVaeConfig config = AudioVaeConfig::load(component_dir);
-  return from_checkpoint(config, io::Checkpoint::open(component_dir), options);
+  phases.mark("config");
+  std::optional<AudioVae> vae;
+  {
+    const io::Checkpoint ckpt = io::Checkpoint::open(component_dir);
+    phases.mark("checkpoint opened");
+    vae.emplace(from_checkpoint(config, ckpt, options, &phases));
+  }
+  phases.mark("checkpoint closed");
+  H3_LOG_DEBUG("audio VAE load ", component_dir, " on ", options.device.str(), ": ", phases.str());
+  return std::move(*vae);
 }
 
 AudioVae AudioVae::from_checkpoint(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
-                                   const AudioVaeOptions& options) {
+                                   const AudioVaeOptions& options, PhaseTimer* phases) {
   AudioVae vae;
   vae.config_ = config;
   vae.options_ = options;
@@ -52,7 +65,7 @@ AudioVae AudioVae::from_checkpoint(const AudioVaeConfig& config, const io::Check
   policy.device = options.device;
   policy.load_encoder = options.load_encoder;
   policy.load_decoder = options.load_decoder;
-  vae.weights_ = load_audio_vae_weights(config, ckpt, policy);
+  vae.weights_ = load_audio_vae_weights(config, ckpt, policy, phases);
   return vae;
 }
 

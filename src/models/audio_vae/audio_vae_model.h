@@ -29,9 +29,12 @@ struct AudioVaeOptions {
 class AudioVae {
  public:
   // Loads `component_dir` (config.json plus the safetensors checkpoint).
+  // H3_LOG_LEVEL=debug logs one line with the time of every phase of the load.
   static AudioVae load(const std::string& component_dir, const AudioVaeOptions& options = {});
+  // `phases`: as in load_audio_vae_weights.
   static AudioVae from_checkpoint(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
-                                  const AudioVaeOptions& options = {});
+                                  const AudioVaeOptions& options = {},
+                                  PhaseTimer* phases = nullptr);
 
   const AudioVaeConfig& config() const { return config_; }
   const AudioVaeOptions& options() const { return options_; }

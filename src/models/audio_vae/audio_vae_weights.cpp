@@ -1,7 +1,6 @@
 #include "models/audio_vae/audio_vae_weights.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/phase_timer.h"
 #include "core/status.h"
 #include "io/device_loader.h"
 #include "models/audio_vae/audio_vae_filters.h"
@@ -55,22 +55,26 @@ namespace {
 // Builds the weights on the policy's device. On the CPU the stored tensors are the checkpoint's
 // mmap views, converted and folded on the host. On CUDA every tensor of the requested parts but
 // the anti-aliasing filters is read first in one pass straight onto the device, in its stored
-// dtype (io::load_tensors_to: the pinned staging ring, one read in file order), and the
-// preparation runs there with ops (weight-norm fold, concatenation, casts); the filters, 12 taps
-// each, are read on the host, checked, repeated per channel and uploaded together at the end
+// dtype, into one allocation (io::load_tensors_to, LoadLayout::kPacked: the pinned staging ring,
+// one read in file order; a released decoder has 660 such tensors, most of a few kilobytes), and
+// the preparation runs there with ops: each weight-norm fold writes w over its float32 v in place
+// (ops::weight_norm_into), so the folded weights need no memory beyond what was read and no
+// allocation at all; concatenations and casts make their own tensors. The filters, 12 taps each,
+// are read on the host, checked, repeated per channel and uploaded together at the end
 // (upload_filters).
 class Builder {
  public:
   Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
 
-  // CUDA: reads `names` onto the device in one pass; later requests for them take these copies.
+  // CUDA: reads `names` onto the device in one pass, into one allocation; later requests for
+  // them take these copies.
   void preload(const std::vector<std::string>& names) {
-    preload_to(names, policy_.device, preloaded_);
+    preload_to(names, policy_.device, io::LoadLayout::kPacked, preloaded_);
   }
   // The filters, read on the host through the loader too, so that the component's bytes read
   // (io::device_load_totals) count them; before the device pass, which names the load's method.
   void preload_host(const std::vector<std::string>& names) {
-    preload_to(names, Device::cpu(), host_);
+    preload_to(names, Device::cpu(), io::LoadLayout::kSeparate, host_);
   }
 
   // A stored tensor as float32 of `shape` (reshaped from the stored shape when the element count
@@ -163,13 +167,13 @@ class Builder {
  private:
   bool on_device() const { return policy_.device.is_cuda(); }
 
-  void preload_to(const std::vector<std::string>& names, Device device,
+  void preload_to(const std::vector<std::string>& names, Device device, io::LoadLayout layout,
                   std::map<std::string, Tensor>& into) {
     if (names.empty()) return;
     std::vector<io::LoadItem> items;
     items.reserve(names.size());
     for (const std::string& n : names) items.push_back({n, std::nullopt});
-    std::vector<Tensor> ts = io::load_tensors_to(ckpt_, items, device);
+    std::vector<Tensor> ts = io::load_tensors_to(ckpt_, items, device, layout);
     for (size_t i = 0; i < names.size(); ++i) into.emplace(names[i], std::move(ts[i]));
   }
 
@@ -184,8 +188,10 @@ class Builder {
     return t;
   }
 
-  // The device copy of a stored tensor, taken out of the preloaded set (each is used once, so
-  // its memory returns to the pool as soon as the prepared weight no longer needs it).
+  // The device copy of a stored tensor, taken out of the preloaded set (each is used once). The
+  // preloaded tensors share one allocation, which lives as long as any weight made of it: the
+  // weights used as stored and the folds written over their v; the weight_g gains (one float per
+  // channel) stay in it unused.
   Tensor device_stored(const std::string& name, const Shape& shape) const {
     Tensor t;
     const auto it = preloaded_.find(name);
@@ -204,9 +210,15 @@ class Builder {
   }
 
   Tensor folded(const std::string& prefix, const Shape& v_shape) const {
-    if (on_device())
-      return fold_weight_norm(device_f32(prefix + "weight_g", {v_shape[0], 1, 1}),
-                              device_f32(prefix + "weight_v", v_shape));
+    if (on_device()) {
+      const Tensor g = device_stored(prefix + "weight_g", {v_shape[0], 1, 1});
+      Tensor v = device_stored(prefix + "weight_v", v_shape);
+      if (v.dtype() != DType::kF32 || !v.is_contiguous())
+        return fold_weight_norm(g.dtype() == DType::kF32 ? g : ops::cast(g, DType::kF32), v);
+      // Over v where it lies: the same kernel and bits as fold_weight_norm, no allocation.
+      ops::weight_norm_into(v, g, v);
+      return v;
+    }
     const Tensor v = host(prefix + "weight_v", v_shape);
     const Tensor g = host(prefix + "weight_g", {v_shape[0], 1, 1});
     return place(fold_weight_norm(g, v));
@@ -214,7 +226,8 @@ class Builder {
 
   std::vector<float> filter(const std::string& name) const {
     std::vector<float> taps = host(name, {kAliasFilterTaps}).to_f32_vector();
-    const std::vector<float> built = alias_free_filter();
+    if (built_filter_.empty()) built_filter_ = alias_free_filter();  // the same for every filter
+    const std::vector<float>& built = built_filter_;
     double worst = 0.0;
     for (size_t i = 0; i < taps.size(); ++i)
       worst = std::max(worst, std::abs(static_cast<double>(taps[i]) - built[i]));
@@ -249,6 +262,7 @@ class Builder {
   const AudioVaeWeightPolicy& policy_;
   mutable std::map<std::string, Tensor> preloaded_;  // on the device, taken out as used
   std::map<std::string, Tensor> host_;               // the filters of a device load
+  mutable std::vector<float> built_filter_;          // the Kaiser-sinc construction, once
   mutable int64_t filters_differing_ = 0;
   mutable double worst_filter_difference_ = 0.0;
 };
@@ -353,16 +367,11 @@ uint64_t bytes_of(const ActivationWeights& a) {
 }  // namespace
 
 AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
-                                       const AudioVaeWeightPolicy& policy) {
-  // Phase times for H3_LOG_LEVEL=debug: a small component's load is mostly fixed costs.
-  auto t = std::chrono::steady_clock::now();
-  std::string phases;
-  auto phase = [&](const char* name) {
-    const auto now = std::chrono::steady_clock::now();
-    phases += str_cat(phases.empty() ? "" : ", ", name, " ",
-                      std::chrono::duration<double, std::milli>(now - t).count(), " ms");
-    t = now;
-  };
+                                       const AudioVaeWeightPolicy& policy, PhaseTimer* phases) {
+  // Phase times for H3_LOG_LEVEL=debug: a small component's load is mostly fixed costs. A caller
+  // that times more of the load passes its own timer and logs it.
+  PhaseTimer own;
+  PhaseTimer& timer = phases ? *phases : own;
   const models::Schema schema = models::audio_vae_schema(config.to_json(), ckpt.source());
   const models::SchemaCheck check = models::check_schema(schema, ckpt);
   if (!check.ok()) {
@@ -375,7 +384,7 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
     fail(ErrorCode::kInvalidFile, "audio VAE checkpoint ", ckpt.source(),
          " does not match its config:", msg);
   }
-  phase("schema");
+  timer.mark("schema");
   Builder b(ckpt, policy);
   if (policy.device.is_cuda()) {
     // The checkpoint holds exactly the schema's tensors (checked above): the decoder's are
@@ -388,24 +397,30 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
       (filter ? filters : names).push_back(n);
     }
     b.preload_host(filters);
-    phase("filters read");
+    timer.mark("filters read", str_cat(filters.size(), " tensors"));
+    // The loader's own split of the device pass: allocation, page-cache check, preads, issuing
+    // the copies, waiting for them, and a benchmark's weight fill.
+    const io::LoadStats before = io::device_load_totals();
     b.preload(names);
-    phase("device read");
+    const io::LoadStats read = io::device_load_totals().since(before);
+    timer.mark("device read",
+               str_cat(names.size(), " tensors, ", read.bytes >> 20, " MiB: ", read.parts_str()));
   }
   AudioVaeWeights w;
   if (policy.load_encoder) {
     w.encoder = build_encoder(config, b);
     w.has_encoder = true;
+    timer.mark("encoder built");
   }
   if (policy.load_decoder) {
     w.decoder = build_decoder(config, b);
-    phase("decoder built");
+    timer.mark("decoder built");
     b.upload_filters(w.decoder);
-    phase("filters uploaded");
+    timer.mark("filters uploaded");
     w.has_decoder = true;
   }
   b.report_filters();
-  H3_LOG_DEBUG("audio VAE load ", ckpt.source(), ": ", phases);
+  if (!phases) H3_LOG_DEBUG("audio VAE load ", ckpt.source(), ": ", own.str());
   return w;
 }
 

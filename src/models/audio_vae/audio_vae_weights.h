@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/phase_timer.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "models/audio_vae/audio_vae_config.h"
@@ -120,8 +121,11 @@ Tensor head_pool_matrix(int64_t heads, int64_t head_dim, int64_t out_dim);
 // there; only the 12-tap filters go through the host, and are uploaded together. Anti-aliasing
 // filters are used as stored (the reference loads them strictly); one that differs from the
 // Kaiser-sinc construction by more than 1e-6 is logged as a warning.
+// `phases`, when given, gets the load's phases marked into it (the caller logs them); otherwise
+// they are logged here at debug level.
 AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::Checkpoint& ckpt,
-                                       const AudioVaeWeightPolicy& policy);
+                                       const AudioVaeWeightPolicy& policy,
+                                       PhaseTimer* phases = nullptr);
 
 // Bytes the loaded parts take.
 uint64_t audio_vae_weight_bytes(const AudioVaeWeights& w);

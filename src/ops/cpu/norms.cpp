@@ -1,6 +1,7 @@
 // rms_norm, layer_norm, group_norm, weight_norm: statistics accumulated in float64 (torch's float32
 // reductions are pairwise and land within an ulp of the exact value), normalization in float32, one
 // rounding.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -91,7 +92,10 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tenso
   return store_f32(out.data(), x.shape(), x.dtype());
 }
 
-Tensor weight_norm(const Tensor& g, const Tensor& v) {
+namespace {
+
+// The fold in float32, v's shape; it reads all of v before the caller writes anything.
+std::vector<float> fold_f32(const Tensor& g, const Tensor& v) {
   const F32 gf(g), vf(v);
   const int64_t rows = v.size(0);
   const int64_t inner = v.numel() / rows;
@@ -107,7 +111,19 @@ Tensor weight_norm(const Tensor& g, const Tensor& v) {
     float* dst = out.data() + r * inner;
     for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * s;
   }
+  return out;
+}
+
+}  // namespace
+
+Tensor weight_norm(const Tensor& g, const Tensor& v) {
+  const std::vector<float> out = fold_f32(g, v);
   return store_f32(out.data(), v.shape(), v.dtype());
+}
+
+void weight_norm_into(Tensor& dst, const Tensor& g, const Tensor& v) {
+  const std::vector<float> out = fold_f32(g, v);  // dst may be v: written only now
+  std::copy(out.begin(), out.end(), dst.data<float>());
 }
 
 }  // namespace h3::ops::cpu

@@ -14,6 +14,7 @@ Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps);
 Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps);
 Tensor weight_norm(const Tensor& g, const Tensor& v);
+void weight_norm_into(Tensor& dst, const Tensor& g, const Tensor& v);
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int rotary_dim);
 Tensor modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& idx);
 Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor& gate, const Tensor& idx);

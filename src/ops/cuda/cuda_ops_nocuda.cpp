@@ -18,6 +18,7 @@ Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) { no_cuda("rms
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps) { no_cuda("layer_norm"); }
 Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps) { no_cuda("group_norm"); }
 Tensor weight_norm(const Tensor& g, const Tensor& v) { no_cuda("weight_norm"); }
+void weight_norm_into(Tensor&, const Tensor&, const Tensor&) { no_cuda("weight_norm_into"); }
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int rotary_dim) { no_cuda("rope"); }
 Tensor modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& idx) { no_cuda("modulate"); }
 Tensor gated_residual(const Tensor& residual, const Tensor& branch, const Tensor& gate, const Tensor& idx) { no_cuda("gated_residual"); }

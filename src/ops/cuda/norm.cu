@@ -397,6 +397,20 @@ __global__ void weight_norm_kernel(const void* g, int gt, const void* v, int vt,
     st(out, ot, base + i, __fmul_rn(ld(v, vt, base + i), s));
 }
 
+// out = the fold of v (contiguous, out's shape), one block per slice.
+void launch_weight_norm(Tensor& out, const Tensor& g_in, const Tensor& v) {
+  const Tensor g = contiguous(g_in);
+  const int64_t rows = v.size(0);
+  const int64_t inner = v.numel() / rows;
+  if (inner == 0) return;
+  H3_CHECK(rows <= 0x7fffffff, ErrorCode::kUnsupported, "ops::weight_norm: ", rows,
+           " slices exceed one launch");
+  weight_norm_kernel<<<static_cast<unsigned>(rows), kWnThreads, 0, current_stream()>>>(
+      g.raw(), dtype_code(g.dtype()), v.raw(), dtype_code(v.dtype()), out.raw(),
+      dtype_code(out.dtype()), inner);
+  check_launch("weight_norm");
+}
+
 }  // namespace
 
 Tensor weight_norm(const Tensor& g_in, const Tensor& v_in) {
@@ -408,18 +422,26 @@ Tensor weight_norm(const Tensor& g_in, const Tensor& v_in) {
            ErrorCode::kInvalidArgument, "ops::weight_norm: g ", shape_str(g_in.shape()),
            " must hold one gain per slice of dim 0 of v ", shape_str(v_in.shape()));
   set_device_of(v_in);
-  const Tensor g = contiguous(g_in), v = contiguous(v_in);
+  const Tensor v = contiguous(v_in);
   Tensor out = Tensor::empty(v.shape(), v.dtype(), v.device());
-  const int64_t rows = v.size(0);
-  const int64_t inner = v.numel() / rows;
-  if (inner == 0) return out;
-  H3_CHECK(rows <= 0x7fffffff, ErrorCode::kUnsupported, "ops::weight_norm: ", rows,
-           " slices exceed one launch");
-  weight_norm_kernel<<<static_cast<unsigned>(rows), kWnThreads, 0, current_stream()>>>(
-      g.raw(), dtype_code(g.dtype()), v.raw(), dtype_code(v.dtype()), out.raw(),
-      dtype_code(out.dtype()), inner);
-  check_launch("weight_norm");
+  launch_weight_norm(out, g_in, v);
   return out;
+}
+
+void weight_norm_into(Tensor& dst, const Tensor& g, const Tensor& v_in) {
+  require_cuda(dst, "weight_norm_into", "dst");
+  require_cuda(g, "weight_norm_into", "g");
+  require_cuda(v_in, "weight_norm_into", "v");
+  check_float(g, "weight_norm_into", "g");
+  check_float(v_in, "weight_norm_into", "v");
+  H3_CHECK(dst.is_contiguous() && dst.dtype() == DType::kF32 && dst.shape() == v_in.shape() &&
+               v_in.size(0) >= 1 && g.numel() == v_in.size(0),
+           ErrorCode::kInvalidArgument, "ops::weight_norm_into: dst ", dst.desc(), ", g ",
+           shape_str(g.shape()), " and v ", v_in.desc(), " do not match");
+  set_device_of(v_in);
+  // A strided v is copied first; a contiguous one may be dst itself: each block reads its slice
+  // whole before any thread writes it (weight_norm_kernel), and blocks own disjoint slices.
+  launch_weight_norm(dst, g, contiguous(v_in));
 }
 
 }  // namespace h3::ops::cuda
