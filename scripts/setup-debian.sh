@@ -12,6 +12,7 @@ packages=(
   libstb-dev libgtest-dev libbenchmark-dev clang ffmpeg
   libcpp-httplib-dev libsqlite3-dev libturbojpeg0-dev
   python3  # tests/golden/make_variants.py (standard library only)
+  python3-numpy  # tools/train_tiny/clips.py (the tiny model's training clips, its self-check)
 )
 if [[ "${1:-}" == "--browser" ]]; then
   packages+=(chromium)
