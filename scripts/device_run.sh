@@ -199,13 +199,15 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   if command -v compute-sanitizer >/dev/null 2>&1; then
     san=$(command -v compute-sanitizer)
-    run memcheck 200 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_backend_ops" --gtest_filter='*Cuda*'
+    # H3_MEMCHECK_OPS narrows the backend-ops cases (a gtest filter), e.g. to the new ones.
+    run memcheck 200 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_backend_ops" \
+      --gtest_filter="${H3_MEMCHECK_OPS:-*Cuda*}"
     run racecheck 150 "$san" --tool racecheck --error-exitcode 9 "$bin/h3_gpu_tests" \
       --gtest_filter='CudaAttention.StridedQkvViewsMatchContiguous:CudaFusion.QkNormRopeSwitchRestoresPlainPath'
-    # CUDA graphs and the audio VAE's device load. The test of a capture that must fail provokes
+    # CUDA graphs, the audio VAE's device load and LoRA on the device. The test of a capture that must fail provokes
     # CUDA API errors on purpose, which memcheck reports: it is left out here.
     run memcheck_graphs 150 "$san" --tool memcheck --error-exitcode 9 "$bin/h3_gpu_tests" \
-      --gtest_filter='GpuCudaGraph.*:GpuDitGraph.*:GpuAudioVaeLoad.*:-GpuCudaGraph.UncapturableWorkFailsTheCaptureCleanly'
+      --gtest_filter='GpuCudaGraph.*:GpuDitGraph.*:GpuAudioVaeLoad.*:GpuLora.*:-GpuCudaGraph.UncapturableWorkFailsTheCaptureCleanly'
   else
     note "compute-sanitizer: not installed here"
   fi
