@@ -93,8 +93,9 @@ int run_encode_text(const std::vector<std::string>& args) {
     const pl::GenerateResult& r = g.result();
     const std::string p = "prompt." + std::to_string(i) + ".";
     tensors.push_back({p + "embeds", r.prompt_embeds});
-    tensors.push_back({p + "input_ids", h3::Tensor::from_i64(
-                                           r.input_ids, {static_cast<int64_t>(r.input_ids.size())})});
+    tensors.push_back(
+        {p + "input_ids",
+         h3::Tensor::from_i64(r.input_ids, {static_cast<int64_t>(r.input_ids.size())})});
   }
   h3::io::write_safetensors(out, tensors, {{"prompts", nlohmann::json(prompts).dump()}});
   std::printf("wrote %s: %zu prompt(s)\n", out.c_str(), prompts.size());

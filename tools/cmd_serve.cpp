@@ -74,7 +74,7 @@ int serve_flag(const std::string& flag, const std::string* value, void* ctx) {
   static const char* const kJobFlags[] = {
       "--prompt",     "--image",        "--last-image", "--ref",  "--out",
       "--num-frames", "--height",       "--width",      "--seed", "--repeat",
-      "--receipt",    "--save-latents", "--workflow", "--lora"};
+      "--receipt",    "--save-latents", "--workflow",   "--lora"};
   for (const char* f : kJobFlags)
     H3_CHECK(flag != f, ErrorCode::kInvalidArgument, flag,
              " is a per-job setting; send it with each POST /v1/videos (see h3 serve --help)");

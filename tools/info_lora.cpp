@@ -39,7 +39,8 @@ int run_info_lora(const std::vector<std::string>& args) {
           "has unmatched tensors.\n");
       return 0;
     } else {
-      fail(ErrorCode::kInvalidArgument, "unexpected argument '", a, "' (see h3 info --lora --help)");
+      fail(ErrorCode::kInvalidArgument, "unexpected argument '", a,
+           "' (see h3 info --lora --help)");
     }
   }
   H3_CHECK(!files.empty(), ErrorCode::kInvalidArgument,
@@ -75,9 +76,8 @@ int run_info_lora(const std::vector<std::string>& args) {
     j["unmatched"] = a.unmatched;
     nlohmann::json updates = nlohmann::json::array();
     for (const dit::LoraUpdate& u : a.updates) {
-      nlohmann::json e = {{"target", u.target},
-                          {"kind", dit::lora_update_kind_name(u.kind)},
-                          {"source", u.source}};
+      nlohmann::json e = {
+          {"target", u.target}, {"kind", dit::lora_update_kind_name(u.kind)}, {"source", u.source}};
       if (u.kind == dit::LoraUpdateKind::kLowRank) {
         e["rank"] = u.rank;
         e["alpha"] = u.alpha;

@@ -76,8 +76,8 @@ uint64_t file_bytes_of(const MemoryPlan& plan, const std::string& name) {
 
 }  // namespace
 
-std::vector<EngineLora> read_loras(const io::Repository& repo, const std::vector<dit::LoraSpec>& specs,
-                                   bool allow_unmatched) {
+std::vector<EngineLora> read_loras(const io::Repository& repo,
+                                   const std::vector<dit::LoraSpec>& specs, bool allow_unmatched) {
   std::vector<EngineLora> out;
   if (specs.empty()) return out;
   const std::string component = repo.has("transformer") ? "transformer" : "transformer_ref";
@@ -87,7 +87,8 @@ std::vector<EngineLora> read_loras(const io::Repository& repo, const std::vector
   dit::LoraReadOptions ro;
   ro.allow_unmatched = allow_unmatched;
   for (const dit::LoraSpec& spec : specs) {
-    out.push_back({spec, std::make_shared<const dit::LoraAdapter>(dit::read_lora(spec.file, config, ro))});
+    out.push_back(
+        {spec, std::make_shared<const dit::LoraAdapter>(dit::read_lora(spec.file, config, ro))});
   }
   return out;
 }

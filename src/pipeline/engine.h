@@ -37,8 +37,8 @@ struct EngineLora {
 // Reads each `--lora FILE[:SCALE]` against the config of the repository's transformer/ (or
 // transformer_ref/ when that is the only one): every refusal of dit::read_lora happens here,
 // before any weight is loaded or any generation starts.
-std::vector<EngineLora> read_loras(const io::Repository& repo, const std::vector<dit::LoraSpec>& specs,
-                                   bool allow_unmatched);
+std::vector<EngineLora> read_loras(const io::Repository& repo,
+                                   const std::vector<dit::LoraSpec>& specs, bool allow_unmatched);
 // The file of the first adapter that sets every block's FastH3 gate, for the preset.
 std::optional<std::string> lora_gates_source(const std::vector<EngineLora>& loras);
 

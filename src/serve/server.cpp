@@ -106,9 +106,9 @@ std::string format_seconds(int64_t frames) {
 
 // ---- request fields -----------------------------------------------------------------------------
 
-const std::set<std::string> kValueFields = {"prompt",  "model",      "seconds",
-                                            "size",    "seed",       "steps",
-                                            "preset",  "num_frames", "allow_any_duration",
+const std::set<std::string> kValueFields = {"prompt",   "model",      "seconds",
+                                            "size",     "seed",       "steps",
+                                            "preset",   "num_frames", "allow_any_duration",
                                             "workflow", "loras"};
 const std::set<std::string> kFileFields = {"image", "last_image", "input_reference"};
 
@@ -189,8 +189,10 @@ std::string sniff_kind(const std::string& field, const std::string& bytes) {
 // and file names (kept in the job's input folder). This JSON is what the job store holds.
 // "loras": a list of adapter names offered by the server, each "name", "name:scale" or
 // {"name": ..., "scale": ...}; normalized to [{"name", "scale"}].
-json normalize_loras(const json& v, const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& offered) {
-  if (!v.is_array()) bad("loras", "loras must be a list of adapter names (or {name, scale} objects)");
+json normalize_loras(
+    const json& v, const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& offered) {
+  if (!v.is_array())
+    bad("loras", "loras must be a list of adapter names (or {name, scale} objects)");
   json out = json::array();
   for (const json& item : v) {
     std::string name;
@@ -218,18 +220,19 @@ json normalize_loras(const json& v, const std::map<std::string, std::shared_ptr<
     if (!offered.count(name)) {
       std::string list;
       for (const auto& [n, a] : offered) list += (list.empty() ? "" : ", ") + n;
-      bad("loras", "loras: adapter '" + name + "' is not offered by this server" +
-                       (list.empty() ? std::string(" (it offers none: start h3 serve with --lora-dir)")
-                                     : " (offered: " + list + ")"));
+      bad("loras",
+          "loras: adapter '" + name + "' is not offered by this server" +
+              (list.empty() ? std::string(" (it offers none: start h3 serve with --lora-dir)")
+                            : " (offered: " + list + ")"));
     }
     out.push_back({{"name", name}, {"scale", scale}});
   }
   return out;
 }
 
-json normalize_request(const json& in, const std::vector<Upload>& uploads,
-                       const std::string& model_name,
-                       const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& loras) {
+json normalize_request(
+    const json& in, const std::vector<Upload>& uploads, const std::string& model_name,
+    const std::map<std::string, std::shared_ptr<const dit::LoraAdapter>>& loras) {
   if (!in.is_object()) bad("", "the request body must be a JSON object");
   std::vector<std::string> unknown;
   for (auto it = in.begin(); it != in.end(); ++it)
@@ -955,8 +958,8 @@ class Server {
           auto it = offered_loras_.find(name);
           H3_CHECK(it != offered_loras_.end(), ErrorCode::kNotFound, "LoRA adapter '", name,
                    "' is no longer offered by this server");
-          loras.push_back({{(fs::path(o_.lora_dir) / name).string(), l.at("scale").get<float>()},
-                           it->second});
+          loras.push_back(
+              {{(fs::path(o_.lora_dir) / name).string(), l.at("scale").get<float>()}, it->second});
         }
         Receipt rc;
         engine_->set_loras(std::move(loras), rc);

@@ -49,10 +49,12 @@ std::string write_adapter(const dit::DitConfig& c, const std::filesystem::path& 
   std::vector<io::NamedTensor> ts;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "transformer_blocks." + std::to_string(i) + ".";
-    const std::pair<const char*, Shape> mods[] = {
-        {"attn.to_q", {c.inner_dim(), c.hidden_size}},  {"attn.to_k", {c.inner_dim(), c.hidden_size}},
-        {"attn.to_v", {c.inner_dim(), c.hidden_size}},  {"attn.to_out.0", {c.hidden_size, c.inner_dim()}},
-        {"ff.net.0.proj", {2 * c.ffn_dim, c.hidden_size}}, {"ff.net.2", {c.hidden_size, c.ffn_dim}}};
+    const std::pair<const char*, Shape> mods[] = {{"attn.to_q", {c.inner_dim(), c.hidden_size}},
+                                                  {"attn.to_k", {c.inner_dim(), c.hidden_size}},
+                                                  {"attn.to_v", {c.inner_dim(), c.hidden_size}},
+                                                  {"attn.to_out.0", {c.hidden_size, c.inner_dim()}},
+                                                  {"ff.net.0.proj", {2 * c.ffn_dim, c.hidden_size}},
+                                                  {"ff.net.2", {c.hidden_size, c.ffn_dim}}};
     for (const auto& [m, shape] : mods) {
       ts.push_back({p + m + ".lora_A.weight", random({r, shape[1]})});
       ts.push_back({p + m + ".lora_B.weight", random({shape[0], r})});
@@ -120,9 +122,11 @@ TEST(GpuLora, RuntimePairsMatchTheFusedWeights) {
   const dit::DitOutputs fused = gpu.forward(in);
   gpu.apply_loras({{&a, 1.0f}}, dit::LoraMode::kRuntime, /*restorable=*/true, partition);
   const dit::DitOutputs runtime = gpu.forward(in);
-  const test::Metrics effect = test::compare(fused.video.to(Device::cpu()), base.video.to(Device::cpu()));
+  const test::Metrics effect =
+      test::compare(fused.video.to(Device::cpu()), base.video.to(Device::cpu()));
   std::printf("GpuLora: the adapter moves the output by rel_l2 %.3g\n", effect.rel_l2);
-  ASSERT_GT(effect.rel_l2, 0.1) << "the adapter must change the output for the comparison to mean anything";
+  ASSERT_GT(effect.rel_l2, 0.1)
+      << "the adapter must change the output for the comparison to mean anything";
   // The two paths round differently (bf16 weights W + dW against bf16 W and bf16 x A, (x A) B
   // added in bf16): the CPU bf16 emulation of this comparison measures rel_l2 about 1e-2 with an
   // adapter of this strength; the bound is the DiT's per-call bf16 bound (TOLERANCES.md).

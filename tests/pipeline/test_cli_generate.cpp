@@ -216,17 +216,16 @@ TEST(CliGenerate, FailureMidRunLeavesNoOutputFile) {
   EXPECT_EQ(entries(out_dir), 0u) << "a partial output was left";
 }
 
-
 // `h3 encode-text` writes each prompt's features as the generation computes them (the same path:
 // bit for bit the prompt_embeds of a generation of that prompt), with the ids and the prompts.
 TEST(CliGenerate, EncodeTextWritesTheFeaturesTheGenerationUses) {
   TempDir tmp("h3_cli_encode_text");
   const fs::path model = make_tiny(tmp.path());
   const std::string out = (tmp.path() / "features.safetensors").string();
-  const test::RunResult r =
-      test::run_h3("encode-text --model " + test::shell_quote(model.string()) +
-                   " --prompt 'a red circle bounces' --prompt 'a blue square moves to the left' --out " +
-                   test::shell_quote(out));
+  const test::RunResult r = test::run_h3(
+      "encode-text --model " + test::shell_quote(model.string()) +
+      " --prompt 'a red circle bounces' --prompt 'a blue square moves to the left' --out " +
+      test::shell_quote(out));
   ASSERT_EQ(r.status, 0) << r.output;
   const auto f = io::SafetensorsFile::open(out);
   EXPECT_EQ(f->metadata().at("prompts"),

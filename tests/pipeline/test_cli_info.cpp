@@ -417,16 +417,18 @@ TEST(CliInfo, LoraListsUpdatesAndUnmatchedKeysAndGenerateRefusesThem) {
   for (const char* want : {"layout: original", "attn.to_q.weight: 1 low-rank",
                            "ff.net.0.proj.weight: 1 low-rank", "rank/alpha 2/2"})
     EXPECT_TRUE(contains(ok.output, want)) << want << " not in:\n" << ok.output;
-  const RunResult listed = run_h3("info --lora " + shell_quote(bad) + " --model " + shell_quote(repo));
+  const RunResult listed =
+      run_h3("info --lora " + shell_quote(bad) + " --model " + shell_quote(repo));
   EXPECT_EQ(listed.status, 1) << listed.output;
   EXPECT_TRUE(contains(listed.output, "unmatched (skipped): 1")) << listed.output;
   EXPECT_TRUE(contains(listed.output, "attn.mystery.lora_A.weight")) << listed.output;
 
-  const RunResult refused = run_h3("generate --model " + shell_quote(repo) +
-                                   " --prompt x --allow-any-duration --lora " + shell_quote(bad) +
-                                   " --out " + shell_quote((dir.path() / "o.mp4").string()));
+  const RunResult refused =
+      run_h3("generate --model " + shell_quote(repo) + " --prompt x --allow-any-duration --lora " +
+             shell_quote(bad) + " --out " + shell_quote((dir.path() / "o.mp4").string()));
   EXPECT_NE(refused.status, 0) << refused.output;
-  for (const char* want : {"bad.safetensors", "attn.mystery.lora_A.weight", "--lora-allow-unmatched"})
+  for (const char* want :
+       {"bad.safetensors", "attn.mystery.lora_A.weight", "--lora-allow-unmatched"})
     EXPECT_TRUE(contains(refused.output, want)) << want << " not in:\n" << refused.output;
   EXPECT_FALSE(fs::exists(dir.path() / "o.mp4"));
 }

@@ -491,7 +491,8 @@ TEST_F(ServeCli, LoraAdaptersPerRequestAndTheBaseAfterThem) {
   fs::create_directories(loras);
   const dit::DitConfig c = dit::DitConfig::load(tiny_ + "/transformer");
   std::vector<io::NamedTensor> ts;
-  std::vector<float> a(static_cast<size_t>(4 * c.hidden_size)), b(static_cast<size_t>(c.inner_dim() * 4));
+  std::vector<float> a(static_cast<size_t>(4 * c.hidden_size)),
+      b(static_cast<size_t>(c.inner_dim() * 4));
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.3f * static_cast<float>((i * 37) % 11) - 1.5f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.2f * static_cast<float>((i * 53) % 13) - 1.2f;
   for (const char* m : {"attn.to_q", "attn.to_v"}) {
@@ -526,7 +527,8 @@ TEST_F(ServeCli, LoraAdaptersPerRequestAndTheBaseAfterThem) {
   missing["loras"] = json::array({json{{"name", "other.safetensors"}, {"scale", 1.0}}});
   const json e = post(*cl, missing, 400);
   EXPECT_EQ(e["error"].value("param", ""), "loras") << e.dump();
-  EXPECT_NE(e["error"].value("message", "").find("style.safetensors"), std::string::npos) << e.dump();
+  EXPECT_NE(e["error"].value("message", "").find("style.safetensors"), std::string::npos)
+      << e.dump();
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 #include "io/repo.h"
 #include "io/safetensors.h"
 #include "io/weight_fill.h"
+#include "models/h3_dit/dit_config.h"
 #include "models/tiny_model.h"
+#include "pipeline/engine.h"
 #include "pipeline/presets.h"
 #include "pipeline/random_weights.h"
 #include "support/temp_dir.h"
@@ -119,6 +121,32 @@ TEST_F(Presets, InferenceFileRefinesTheStudent) {
   EXPECT_THROW(resolve_settings(io::Repository::open(dir), "t2va", {}), Error);
   write(file, R"({"vsa_sparsity": 1.5})");
   EXPECT_THROW(resolve_settings(io::Repository::open(dir), "t2va", {}), Error);
+}
+
+// A student's adapter that sets every block's FastH3 gate makes the base checkpoint a student: the
+// preset follows it and says where it came from; at scale 0 it is not applied and changes nothing.
+TEST_F(Presets, LoraAdapterWithGatesRunsTheBaseAsFastH3) {
+  const io::Repository repo = io::Repository::open(base_);
+  const dit::DitConfig c = dit::DitConfig::load(repo.component("transformer").folder);
+  std::vector<io::NamedTensor> ts;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    ts.push_back({"transformer_blocks." + std::to_string(i) + ".attn.to_gate_compress.set_weight",
+                  Tensor::zeros({c.inner_dim(), c.hidden_size}, DType::kF32)});
+  }
+  const std::string file = (dir_->path() / "student.safetensors").string();
+  io::write_safetensors(file, ts);
+  const std::vector<EngineLora> on = read_loras(repo, {{file, 1.0f}}, false);
+  ASSERT_EQ(on.size(), 1u);
+  EXPECT_TRUE(on[0].adapter->sets_vsa_gates);
+  SettingOverrides o;
+  o.adapter_gates = lora_gates_source(on);
+  const ResolvedSettings s = resolve_settings(repo, "t2va", o);
+  EXPECT_EQ(s.preset, "fasth3");
+  EXPECT_EQ(s.attention, dit::DitAttentionBackend::kVsa);
+  EXPECT_NE(s.source.at("preset").find("adapter gates"), std::string::npos) << s.describe();
+  EXPECT_FALSE(lora_gates_source(read_loras(repo, {{file, 0.0f}}, false)).has_value());
+  o.preset = "dense";
+  EXPECT_EQ(resolve_settings(repo, "t2va", o).preset, "dense");
 }
 
 TEST(RandomWeights, RangesFollowTheModulesInitialisation) {

@@ -300,8 +300,9 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
           adapter.updates.push_back(std::move(u));
         }
       }
-      if (verbose) std::fprintf(stderr, "bench dit: applying a rank-%lld adapter (%s)\n",
-                                static_cast<long long>(rk), lora_mode_name(o.lora_mode));
+      if (verbose)
+        std::fprintf(stderr, "bench dit: applying a rank-%lld adapter (%s)\n",
+                     static_cast<long long>(rk), lora_mode_name(o.lora_mode));
       const auto t0 = std::chrono::steady_clock::now();
       model.apply_loras({{&adapter, 1.0f}}, o.lora_mode, /*restorable=*/false);
       if (dev.is_cuda()) Stream().synchronize();

@@ -55,7 +55,7 @@ struct DitBenchResult {
   double block_ms_mean = 0.0;    // mean over blocks and iterations
   double attention_ms = 0.0;     // best of the attention op alone
   double gemm_ms = 0.0;          // best of one block's GEMMs alone (q, k, v, gate, out, FFN)
-  double lora_apply_ms = 0.0;      // apply_loras() of the adapter to all blocks (lora_rank > 0)
+  double lora_apply_ms = 0.0;    // apply_loras() of the adapter to all blocks (lora_rank > 0)
   double peak_device_bytes = 0.0;  // sampled device memory in use (CUDA only)
   double baseline_device_bytes = 0.0;
   // Empty when everything ran; otherwise what was unsupported (e.g. a missing CUDA op).

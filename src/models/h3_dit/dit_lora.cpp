@@ -43,9 +43,12 @@ LoraSpec parse_lora_spec(const std::string& arg) {
 
 const char* lora_update_kind_name(LoraUpdateKind k) {
   switch (k) {
-    case LoraUpdateKind::kLowRank: return "low-rank";
-    case LoraUpdateKind::kDiff: return "diff";
-    case LoraUpdateKind::kSet: return "set";
+    case LoraUpdateKind::kLowRank:
+      return "low-rank";
+    case LoraUpdateKind::kDiff:
+      return "diff";
+    case LoraUpdateKind::kSet:
+      return "set";
   }
   return "?";
 }
@@ -61,9 +64,12 @@ LoraMode parse_lora_mode(const std::string& text) {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // How a module of the file becomes modules of the model.
 enum class Transform {
@@ -96,8 +102,9 @@ Mapped from_original(const std::string& m, bool interleaved_qkv, bool* ok) {
   for (const auto& [from, to] : kGlobals)
     if (m == from) return {to, Transform::kNone};
   std::string head, rest;
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{"blocks.", "transformer_blocks."},
-                                 {"token_refiner.blocks.", "token_refiner.refiner_blocks."}}) {
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"blocks.", "transformer_blocks."},
+        {"token_refiner.blocks.", "token_refiner.refiner_blocks."}}) {
     if (!starts_with(m, from)) continue;
     const size_t dot = m.find('.', from.size());
     if (dot == std::string::npos) break;
@@ -149,12 +156,14 @@ std::map<std::string, std::string> flattened_vocabulary(const DitConfig& c) {
       modules.push_back(p + "attn.to_gate_compress");
     }
   };
-  for (int64_t i = 0; i < c.num_layers; ++i) add_original_body("blocks." + std::to_string(i) + ".", true);
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    add_original_body("blocks." + std::to_string(i) + ".", true);
   for (int64_t j = 0; j < c.num_refiner_layers; ++j)
     add_original_body("token_refiner.blocks." + std::to_string(j) + ".", false);
-  for (const char* g : {"video_patch_proj", "audio_patch_proj", "condition_proj", "time_embedder.proj_in",
-                        "time_embedder.proj_out", "final_layer.norm", "final_layer.adaln_proj.linear",
-                        "final_layer.video_out", "final_layer.audio_out"})
+  for (const char* g :
+       {"video_patch_proj", "audio_patch_proj", "condition_proj", "time_embedder.proj_in",
+        "time_embedder.proj_out", "final_layer.norm", "final_layer.adaln_proj.linear",
+        "final_layer.video_out", "final_layer.audio_out"})
     modules.push_back(g);
   std::map<std::string, std::string> out;
   for (const std::string& m : modules) {
@@ -195,11 +204,16 @@ bool split_key(const std::string& key, KeyParts* p) {
     }
   }
   static const std::pair<const char*, const char*> kSuffixes[] = {
-      {".lora_A.default.weight", "lora_A"}, {".lora_B.default.weight", "lora_B"},
-      {".lora_A.weight", "lora_A"},         {".lora_B.weight", "lora_B"},
-      {".lora_down.weight", "lora_A"},      {".lora_up.weight", "lora_B"},
-      {".alpha", "alpha"},                  {".diff_b", "diff_b"},
-      {".diff", "diff"},                    {".set_weight", "set_weight"},
+      {".lora_A.default.weight", "lora_A"},
+      {".lora_B.default.weight", "lora_B"},
+      {".lora_A.weight", "lora_A"},
+      {".lora_B.weight", "lora_B"},
+      {".lora_down.weight", "lora_A"},
+      {".lora_up.weight", "lora_B"},
+      {".alpha", "alpha"},
+      {".diff_b", "diff_b"},
+      {".diff", "diff"},
+      {".set_weight", "set_weight"},
   };
   for (const auto& [suffix, name] : kSuffixes) {
     if (!ends_with(k, suffix)) continue;
@@ -263,8 +277,8 @@ Tensor deinterleave_qkv(const Tensor& t, int64_t head_dim) {
 
 // Splits rows of a source update into the model's modules (`rows_of` per part).
 std::vector<std::pair<std::string, Tensor>> split_rows(const Mapped& m, const Tensor& t,
-                                                      const DitConfig& c, const std::string& file,
-                                                      const std::string& key) {
+                                                       const DitConfig& c, const std::string& file,
+                                                       const std::string& key) {
   if (m.transform == Transform::kNone) return {{m.module, t}};
   if (m.transform == Transform::kSwapHalves) {
     H3_CHECK(t.size(0) % 2 == 0, ErrorCode::kInvalidFile, file, ": tensor '", key, "' has ",
@@ -408,10 +422,10 @@ LoraAdapter read_lora(const std::string& file, const DitConfig& config,
   // DiffSynth-Studio writes the raw checkpoint's per-head interleaved QKV under the original names
   // with PEFT's `.default.` infix; every other producer reorders it as the reference loader does.
   const bool diffsynth = any_original && any_peft_default;
-  a.layout = any_flattened ? "musubi"
-             : diffsynth   ? "diffsynth"
-             : any_original ? (any_kohya ? "kohya" : "original")
-             : any_kohya    ? "kohya"
+  a.layout = any_flattened      ? "musubi"
+             : diffsynth        ? "diffsynth"
+             : any_original     ? (any_kohya ? "kohya" : "original")
+             : any_kohya        ? "kohya"
              : any_peft_default ? "peft"
                                 : "diffusers";
 
@@ -458,8 +472,9 @@ LoraAdapter read_lora(const std::string& file, const DitConfig& config,
     // Low-rank pair.
     const std::string ka = key_of("lora_A"), kb = key_of("lora_B"), kalpha = key_of("alpha");
     H3_CHECK(ka.empty() == kb.empty(), ErrorCode::kInvalidFile, file, ": tensor '",
-             ka.empty() ? kb : ka, "' has no matching ", ka.empty() ? "lora_A/lora_down" : "lora_B/lora_up",
-             " tensor for module '", module_in_file, "'");
+             ka.empty() ? kb : ka, "' has no matching ",
+             ka.empty() ? "lora_A/lora_down" : "lora_B/lora_up", " tensor for module '",
+             module_in_file, "'");
     H3_CHECK(!kalpha.empty() ? !ka.empty() : true, ErrorCode::kInvalidFile, file, ": tensor '",
              kalpha, "' is an alpha for module '", module_in_file, "', which has no lora_A/lora_B");
     if (!ka.empty()) {
@@ -487,8 +502,10 @@ LoraAdapter read_lora(const std::string& file, const DitConfig& config,
             break;
           }
         }
-        if (!found && alphas.lora_alpha) alpha = *alphas.lora_alpha;
-        else if (!found && alphas.network_alpha && !any_alpha_tensor) alpha = *alphas.network_alpha;
+        if (!found && alphas.lora_alpha)
+          alpha = *alphas.lora_alpha;
+        else if (!found && alphas.network_alpha && !any_alpha_tensor)
+          alpha = *alphas.network_alpha;
       }
       const Tensor up_scaled = ops::scale(up, static_cast<float>(alpha / static_cast<double>(r)));
       const auto parts = split_rows(m, up_scaled, config, file, kb);
@@ -498,8 +515,8 @@ LoraAdapter read_lora(const std::string& file, const DitConfig& config,
                  "' is a low-rank update of '", target, "', which is not a linear layer");
         H3_CHECK(b.size(0) == ref.shape[0] && down.size(1) == ref.shape[1], ErrorCode::kInvalidFile,
                  file, ": tensors '", ka, "' ", shape_str(down.shape()), " and '", kb, "' ",
-                 shape_str(up.shape()), " do not fit '", target, ".weight' ",
-                 shape_str(ref.shape), " (A must be [rank, ", ref.shape[1], "], B [",
+                 shape_str(up.shape()), " do not fit '", target, ".weight' ", shape_str(ref.shape),
+                 " (A must be [rank, ", ref.shape[1], "], B [",
                  ref.shape[0] * static_cast<int64_t>(parts.size()), ", rank])");
         LoraUpdate u;
         u.target = target + ".weight";
@@ -614,7 +631,8 @@ std::string describe_lora(const LoraAdapter& a) {
     }
     o << "\n";
   }
-  if (a.sets_vsa_gates) o << "  sets every block's FastH3 gate: the model runs as a FastH3 student\n";
+  if (a.sets_vsa_gates)
+    o << "  sets every block's FastH3 gate: the model runs as a FastH3 student\n";
   if (!a.unmatched.empty()) {
     o << "  unmatched (skipped): " << a.unmatched.size() << "\n";
     for (const std::string& k : a.unmatched) o << "    " << k << "\n";
@@ -622,15 +640,16 @@ std::string describe_lora(const LoraAdapter& a) {
   return o.str();
 }
 
-// ---- applying ---------------------------------------------------------------------------------------
+// ---- applying
+// ---------------------------------------------------------------------------------------
 
 namespace {
 
 // Every run-time pair list of the model (to clear them).
 std::vector<RuntimeLora*> all_runtime_lists(DitWeights& w) {
-  std::vector<RuntimeLora*> v = {&w.proj_in_lora,  &w.audio_proj_in_lora, &w.time_1_lora,
-                                 &w.time_2_lora,   &w.proj_out_lora,      &w.audio_proj_out_lora,
-                                 &w.context_lora,  &w.norm_out_lora};
+  std::vector<RuntimeLora*> v = {&w.proj_in_lora, &w.audio_proj_in_lora, &w.time_1_lora,
+                                 &w.time_2_lora,  &w.proj_out_lora,      &w.audio_proj_out_lora,
+                                 &w.context_lora, &w.norm_out_lora};
   auto body = [&](DitAttentionWeights& at, DitFeedForwardWeights& ff) {
     for (RuntimeLora* l : {&at.to_q_lora, &at.to_k_lora, &at.to_v_lora, &at.to_out_lora,
                            &at.to_gate_lora, &ff.fc_in_lora, &ff.fc_out_lora})
@@ -735,17 +754,19 @@ void DitModel::apply_loras(const std::vector<ScaledLora>& adapters, LoraMode mod
       state.fused_any = true;
       state.gates_created |= !w.defined();
       // float32 accumulation, one rounding to the weight's dtype at the end.
-      Tensor acc = w.defined() ? ops::cast(w, DType::kF32) : Tensor::zeros(p.ref.shape, DType::kF32, dev);
+      Tensor acc =
+          w.defined() ? ops::cast(w, DType::kF32) : Tensor::zeros(p.ref.shape, DType::kF32, dev);
       for (const auto& [u, s] : p.fused) {
         switch (u->kind) {
           case LoraUpdateKind::kLowRank: {
             const Tensor up = ops::scale(u->up.to(dev), s);
-            const Tensor delta =
-                ops::matmul(up.view({1, up.size(0), up.size(1)}), u->down.to(dev));
+            const Tensor delta = ops::matmul(up.view({1, up.size(0), up.size(1)}), u->down.to(dev));
             acc = ops::add(acc, delta.view(p.ref.shape));
             break;
           }
-          case LoraUpdateKind::kDiff: acc = ops::add(acc, ops::scale(u->dense.to(dev), s)); break;
+          case LoraUpdateKind::kDiff:
+            acc = ops::add(acc, ops::scale(u->dense.to(dev), s));
+            break;
           case LoraUpdateKind::kSet:
             // s = 1 is an exact replacement; acc + (S - acc) would round.
             acc = s == 1.0f ? u->dense.to(dev)

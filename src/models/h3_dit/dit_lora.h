@@ -3,7 +3,8 @@
 // weights or at run time as an extra low-rank GEMM pair.
 //
 // Layouts (told apart by their keys, as the reference's loader does):
-//   diffusers / PEFT   `[transformer.|transformer_ref.|base_model.model.]<module>.lora_A|lora_B.weight`,
+//   diffusers / PEFT
+//   `[transformer.|transformer_ref.|base_model.model.]<module>.lora_A|lora_B.weight`,
 //                      PEFT's `.default.` infix accepted; alpha from `<module>.alpha` tensors, the
 //                      adapter config beside the file (`adapter_config.json`: `r`, `lora_alpha`,
 //                      `rank_pattern`, `alpha_pattern`), the file's `lora_adapter_metadata` or an
@@ -11,10 +12,10 @@
 //   original names     the released checkpoint's own module names (`blocks.i.attn.qkv_proj`,
 //                      `mlp.fc1`, `final_layer.*`, ... h3_dit_spec.md §1.5), bare or under
 //                      `diffusion_model.` (ai-toolkit, ComfyUI): the fused QKV update is split into
-//                      to_q/to_k/to_v (shared A, B split by rows) and the SwiGLU fc1 update's output
-//                      halves are swapped from [gate; value] to [value; gate]. DiffSynth-Studio's
-//                      files (original names with PEFT's `.default.` infix) hold the raw
-//                      checkpoint's per-head interleaved QKV, de-interleaved first.
+//                      to_q/to_k/to_v (shared A, B split by rows) and the SwiGLU fc1 update's
+//                      output halves are swapped from [gate; value] to [value; gate].
+//                      DiffSynth-Studio's files (original names with PEFT's `.default.` infix) hold
+//                      the raw checkpoint's per-head interleaved QKV, de-interleaved first.
 //   kohya              `lora_down`/`lora_up` (+ `.alpha`) under dotted names or flattened
 //                      `lora_unet_<path_with_underscores>` names (musubi-tuner), either naming.
 //   hybrid payloads    the few-step students' adapters add whole-tensor updates to any of these:
@@ -27,7 +28,8 @@
 // The update of one adapter at scale s to a weight W [out, in]:
 //   low rank   W + s * (alpha / r) * B A      (A [r, in], B [out, r])
 //   diff       W + s * D                      (bias: b + s * d)
-//   set_weight W + s * (S - W)                (s = 1 replaces W; a tensor the base lacks counts as 0)
+//   set_weight W + s * (S - W)                (s = 1 replaces W; a tensor the base lacks counts as
+//   0)
 #pragma once
 
 #include <cstdint>
@@ -104,7 +106,7 @@ std::string describe_lora(const LoraAdapter& adapter);
 //             y = x W^T + s (x A^T) B^T. For weights the model cannot rewrite exactly (quantized)
 //             or adapter sets that change per request.
 enum class LoraMode { kFused, kRuntime };
-const char* lora_mode_name(LoraMode m);  // "fused", "runtime"
+const char* lora_mode_name(LoraMode m);             // "fused", "runtime"
 LoraMode parse_lora_mode(const std::string& text);  // throws kInvalidArgument
 
 // An adapter with the scale it runs at.

@@ -241,8 +241,10 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
-  Tensor q = ops::rms_norm(lora_linear(a, w.to_q, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
-  Tensor k = ops::rms_norm(lora_linear(a, w.to_k, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
+  Tensor q =
+      ops::rms_norm(lora_linear(a, w.to_q, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
+  Tensor k =
+      ops::rms_norm(lora_linear(a, w.to_k, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
   const Tensor v = lora_linear(a, w.to_v, w.to_v_lora).view({s, heads, hd});
   if (rope) {
     q = apply_rope(q, *rope);
@@ -430,7 +432,8 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   const int64_t n_u = temb_act.size(0);
   const float eps = static_cast<float>(config_.norm_eps);
   // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
-  const Tensor m = lora_linear(temb_act, b.adaln_w, b.adaln_lora, &b.adaln_b).view({n_u * 3, 6 * d});
+  const Tensor m =
+      lora_linear(temb_act, b.adaln_w, b.adaln_lora, &b.adaln_b).view({n_u * 3, 6 * d});
   const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
   const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
   double sparsity = -1.0;
@@ -524,10 +527,9 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   const Device dev = options_.device;
   const Tensor& adaln_rows = in.adaln_rows;
   const Tensor& t_rows = in.t_rows;
-  const Tensor temb =
-      lora_linear(ops::silu(lora_linear(in.sinusoid, weights_.time_1_w, weights_.time_1_lora,
-                                        &weights_.time_1_b)),
-                  weights_.time_2_w, weights_.time_2_lora, &weights_.time_2_b);
+  const Tensor temb = lora_linear(ops::silu(lora_linear(in.sinusoid, weights_.time_1_w,
+                                                        weights_.time_1_lora, &weights_.time_1_b)),
+                                  weights_.time_2_w, weights_.time_2_lora, &weights_.time_2_b);
   if (trace) trace->temb = temb;
   // §2.7 / §8 item 4: SiLU on the float32 temb, then one cast to the model dtype.
   const Tensor temb_act = ops::cast(ops::silu(temb), act_);
@@ -537,14 +539,17 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   ops::scatter_rows(x, layout.text_indices, text.embeds);
   if (layout.num_video_rows() > 0) {
     const Tensor v32 = ops::cast(ops::copy(in.video_rows), DType::kF32);
-    ops::scatter_rows(x, layout.video_indices,
-                      ops::cast(lora_linear(v32, weights_.proj_in_w, weights_.proj_in_lora, &weights_.proj_in_b), act_));
+    ops::scatter_rows(
+        x, layout.video_indices,
+        ops::cast(lora_linear(v32, weights_.proj_in_w, weights_.proj_in_lora, &weights_.proj_in_b),
+                  act_));
   }
   if (layout.num_audio_rows() > 0) {
     const Tensor a32 = ops::cast(ops::copy(in.audio_rows), DType::kF32);
-    ops::scatter_rows(
-        x, layout.audio_indices,
-        ops::cast(lora_linear(a32, weights_.audio_proj_in_w, weights_.audio_proj_in_lora, &weights_.audio_proj_in_b), act_));
+    ops::scatter_rows(x, layout.audio_indices,
+                      ops::cast(lora_linear(a32, weights_.audio_proj_in_w,
+                                            weights_.audio_proj_in_lora, &weights_.audio_proj_in_b),
+                                act_));
   }
   if (trace) {
     trace->rope_cos = layout.rope_cos;
@@ -573,7 +578,8 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
 
   // §2.12: final norm modulated per timestep (not per modality), then the float32 heads on the
   // selected rows only (row by row the same as heads over all rows, then selection).
-  const Tensor mo = lora_linear(temb_act, weights_.norm_out_w, weights_.norm_out_lora, &weights_.norm_out_b);
+  const Tensor mo =
+      lora_linear(temb_act, weights_.norm_out_w, weights_.norm_out_lora, &weights_.norm_out_b);
   const Tensor shift_o = chunk(mo, 0, d), scale_o = chunk(mo, 1, d);
   const Tensor y = modulate_rows(
       ops::rms_norm(x, &weights_.norm_out_norm, static_cast<float>(c.final_norm_eps)), scale_o,
@@ -589,7 +595,8 @@ DitOutputs DitModel::run_step(const DitTextContext& text, const DitLayout& layou
   }
   if (layout.num_audio_rows() > 0) {
     const Tensor ya = ops::cast(ops::gather_rows(y, layout.audio_indices), DType::kF32);
-    out.audio = lora_linear(ya, weights_.audio_proj_out_w, weights_.audio_proj_out_lora, &weights_.audio_proj_out_b);
+    out.audio = lora_linear(ya, weights_.audio_proj_out_w, weights_.audio_proj_out_lora,
+                            &weights_.audio_proj_out_b);
   } else {
     out.audio = Tensor::empty({0, c.audio_in_channels}, DType::kF32, dev);
   }

@@ -137,9 +137,25 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 
   const int64_t al_a = alignment_of(b.ptr), al_b = alignment_of(a.ptr), al_c = alignment_of(c);
   AlgoKey key{};
-  const int64_t vals[20] = {M, N, K, a.ld, b.ld, ldc, a.trans, b.trans, static_cast<int64_t>(a.dtype),
-                            static_cast<int64_t>(c_dtype), batch, a.batch_stride, b.batch_stride,
-                            c_batch_stride, bias != nullptr, al_a, al_b, al_c, device,
+  const int64_t vals[20] = {M,
+                            N,
+                            K,
+                            a.ld,
+                            b.ld,
+                            ldc,
+                            a.trans,
+                            b.trans,
+                            static_cast<int64_t>(a.dtype),
+                            static_cast<int64_t>(c_dtype),
+                            batch,
+                            a.batch_stride,
+                            b.batch_stride,
+                            c_batch_stride,
+                            bias != nullptr,
+                            al_a,
+                            al_b,
+                            al_c,
+                            device,
                             c_in != nullptr ? 1 + alignment_of(c_in) : 0};
   std::memcpy(key.v, vals, sizeof(vals));
   auto it = g_algos.find(key);
@@ -175,10 +191,10 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
     it = g_algos.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f, beta = c_in ? 1.0f : 0.0f;
-  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta,
-                          c_in ? c_in : c, lc.l, c, lc.l,
-                          &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
-           "cublasLtMatmul");
+  check_lt(
+      cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta, c_in ? c_in : c,
+                     lc.l, c, lc.l, &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
+      "cublasLtMatmul");
 }
 
 // The dtype both GEMM operands are brought to: the shared half type when they agree, else f32
