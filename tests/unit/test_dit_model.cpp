@@ -18,25 +18,15 @@
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_model.h"
 #include "support/golden.h"
+#include "support/small_dit.h"
 
 namespace h3::dit {
 namespace {
 
 namespace fs = std::filesystem;
 
-const char* kConfig = R"({
-  "_class_name": "MiniMaxH3Transformer3DModel", "num_attention_heads": 2, "attention_head_dim": 16,
-  "hidden_size": 24, "num_layers": 2, "num_refiner_layers": 1, "ffn_dim": 32, "in_channels": 4,
-  "audio_in_channels": 6, "patch_size": [1, 2, 2], "text_dim": 8, "freq_dim": 16,
-  "time_embed_hidden_dim": 24, "time_embed_dim": 16, "rope_freq_dim": 2, "rope_theta": 10000.0,
-  "norm_eps": 1e-05, "qk_norm_eps": 1e-05, "final_norm_eps": 1e-05})";
-
-Tensor random_tensor(const Shape& shape, std::mt19937& rng, float mean, float stddev, DType dtype) {
-  std::normal_distribution<float> nd(mean, stddev);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = nd(rng);
-  return Tensor::from_f32(v, shape, dtype);
-}
+constexpr const char* kConfig = test::kSmallDitConfig;
+using test::random_tensor;
 
 // Writes a checkpoint of the released layout for kConfig; `edit` may change the tensor list.
 class TinyDit : public ::testing::Test {
