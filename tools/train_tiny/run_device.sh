@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs tiny-model training parts on the GPU machine and copies the results to $OUT.
+#
+#   tools/train_tiny/run_device.sh REPO FEATURES_DIR WORK PART...
+#
+# REPO          the `h3 make-tiny` repository (carried from this machine)
+# FEATURES_DIR  holds prompts.json and prompt_features.safetensors (README.md, "Prompt features")
+# WORK          the work folder (parts/<part>/ of earlier runs are reused: carry it back in)
+# PART          vae | audio_vae | dit | export, in order
+#
+# Environment: STEPS_VAE, STEPS_AUDIO, STEPS_DIT (step counts), SEED (default 0), SMOKE=1 (a few
+# steps per part), COUNT (training clips, default 6000), ANCHOR (default .device-anchor), EXTRA
+# (more train.py flags for every part). The anchor's packed diffusers sources are unpacked into
+# /tmp/h3-ref as its bench_ref.py does; the clips are rendered into /tmp/h3-tiny-data once per
+# machine. WORK (without the repository copy of an unfinished export) goes to $OUT/train-tiny.
+set -euo pipefail
+if [ $# -lt 4 ]; then
+  sed -n '2,14p' "$0" >&2
+  exit 2
+fi
+REPO=$1 FEATURES=$2 WORK=$3
+shift 3
+cd "$(dirname "$0")/../.."
+ANCHOR=${ANCHOR:-.device-anchor}
+SEED=${SEED:-0}
+DATA=/tmp/h3-tiny-data
+SMOKE_FLAG=""
+[ "${SMOKE:-0}" = 1 ] && SMOKE_FLAG=--smoke
+
+if [ ! -d /tmp/h3-ref/dmin/diffusers ]; then
+  mkdir -p /tmp/h3-ref
+  tar -xJf "$ANCHOR/dmin.tar.xz" -C /tmp/h3-ref
+fi
+export H3_REF_DIR=/tmp/h3-ref/dmin H3_ANCHOR_DIR=$ANCHOR
+
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
+python3 -c 'import numpy, safetensors, torch; print("torch", torch.__version__, "numpy", numpy.__version__, "cuda", torch.cuda.is_available())'
+
+COUNT=${COUNT:-6000}
+[ -n "$SMOKE_FLAG" ] && COUNT=${COUNT_SMOKE:-128}
+python3 tools/train_tiny/train.py data --data "$DATA" --count "$COUNT" --data-seed 0
+cp "$FEATURES/prompts.json" "$FEATURES/prompt_features.safetensors" "$DATA/"
+
+mkdir -p "$WORK"
+status=0
+for part in "$@"; do
+  case $part in
+    vae) steps=${STEPS_VAE:-3000} ;;
+    audio_vae) steps=${STEPS_AUDIO:-3000} ;;
+    dit) steps=${STEPS_DIT:-6000} ;;
+    export) steps=0 ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+  echo "=== $part ($steps steps, seed $SEED) ==="
+  # shellcheck disable=SC2086
+  if ! python3 tools/train_tiny/train.py "$part" --repo "$REPO" --data "$DATA" --out "$WORK" \
+      --steps "$steps" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 | tee "$WORK/$part.log"; then
+    status=1
+    break
+  fi
+done
+
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT/train-tiny"
+  cp -r "$WORK"/. "$OUT/train-tiny/"
+  rm -rf "$OUT/train-tiny/repo.tmp"
+  du -sh "$OUT/train-tiny"/* || true
+fi
+exit $status
