@@ -808,9 +808,14 @@ def load_features(args, log):
     tensors = load_file(pf)
     with open(os.path.join(args.repo, "transformer", "config.json")) as f:
         text_dim = json.load(f)["text_dim"]
+    # `h3 encode-text` writes `prompt.<i>.embeds` (float32) with the prompts in its metadata; the
+    # engine's own presentation of each prompt is exactly what the DiT will read at inference.
+    engine_layout = "prompt.0.embeds" in tensors
+    if engine_layout and meta.get("prompts") is not None and json.loads(meta["prompts"]) != prompts:
+        raise SystemExit("%s: its prompts differ from %s" % (pf, pj))
     out = {}
     for i, p in enumerate(prompts):
-        t = tensors.get(str(i))
+        t = tensors.get("prompt.%d.embeds" % i if engine_layout else str(i))
         if t is None:
             raise SystemExit("%s: no tensor '%d' for prompt %r" % (pf, i, p))
         if t.ndim != 2 or t.shape[1] != text_dim or t.shape[0] < 1:
