@@ -8,11 +8,13 @@
 # WORK          the work folder (parts/<part>/ of earlier runs are reused: carry it back in)
 # PART          vae | audio_vae | dit | export, in order
 #
-# Environment: STEPS_VAE, STEPS_AUDIO, STEPS_DIT (step counts), SEED (default 0), SMOKE=1 (a few
+# Environment: STEPS_VAE, STEPS_AUDIO, STEPS_DIT (step counts), TIME_VAE, TIME_AUDIO, TIME_DIT
+# (seconds: each part's --time-budget, 0 = none), SEED (default 0), SMOKE=1 (a few
 # steps per part), COUNT (training clips, default 6000), ANCHOR (default .device-anchor), EXTRA
 # (more train.py flags for every part). The anchor's packed diffusers sources are unpacked into
 # /tmp/h3-ref as its bench_ref.py does; the clips are rendered into /tmp/h3-tiny-data once per
-# machine. WORK (without the repository copy of an unfinished export) goes to $OUT/train-tiny.
+# machine. WORK (without the repository copy of an unfinished export) goes to $OUT/train-tiny.tar
+# (one file: the machine's return path drops deep folders).
 set -euo pipefail
 if [ $# -lt 4 ]; then
   sed -n '2,14p' "$0" >&2
@@ -45,25 +47,23 @@ mkdir -p "$WORK"
 status=0
 for part in "$@"; do
   case $part in
-    vae) steps=${STEPS_VAE:-3000} ;;
-    audio_vae) steps=${STEPS_AUDIO:-3000} ;;
-    dit) steps=${STEPS_DIT:-6000} ;;
-    export) steps=0 ;;
+    vae) steps=${STEPS_VAE:-3000} budget=${TIME_VAE:-0} ;;
+    audio_vae) steps=${STEPS_AUDIO:-3000} budget=${TIME_AUDIO:-0} ;;
+    dit) steps=${STEPS_DIT:-6000} budget=${TIME_DIT:-0} ;;
+    export) steps=0 budget=0 ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
   echo "=== $part ($steps steps, seed $SEED) ==="
   # shellcheck disable=SC2086
   if ! python3 tools/train_tiny/train.py "$part" --repo "$REPO" --data "$DATA" --out "$WORK" \
-      --steps "$steps" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 | tee "$WORK/$part.log"; then
+      --steps "$steps" --time-budget "$budget" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 | tee "$WORK/$part.log"; then
     status=1
     break
   fi
 done
 
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/train-tiny"
-  cp -r "$WORK"/. "$OUT/train-tiny/"
-  rm -rf "$OUT/train-tiny/repo.tmp"
-  du -sh "$OUT/train-tiny"/* || true
+  tar -cf "$OUT/train-tiny.tar" --exclude=./repo.tmp -C "$WORK" .
+  du -sh "$WORK"/* "$OUT/train-tiny.tar" || true
 fi
 exit $status

@@ -21,6 +21,7 @@ the prompt-feature contract and the device commands.
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -458,10 +459,41 @@ def load_clips(data, split, limit=None):
     return out
 
 
-def lr_at(step, steps, lr, warmup):
+class Budget:
+    """Ends a part's loop at `steps` or after `seconds` (0: no limit), whichever comes first.
+
+    The learning rate follows the further along of the two clocks, so a run cut short by the time
+    limit still ends its cosine decay instead of stopping at a high rate. Such a run is not
+    reproducible step for step on another machine; the log records where it stopped, and
+    `--steps` that count with no limit repeats it."""
+
+    def __init__(self, steps, seconds):
+        self.steps, self.seconds, self.t0 = steps, seconds, time.time()
+        self.stopped_by_time = False
+
+    def progress(self, step):
+        p = step / max(1, self.steps)
+        if self.seconds > 0:
+            p = max(p, (time.time() - self.t0) / self.seconds)
+        return min(1.0, p)
+
+    def more(self, step):
+        if step >= self.steps:
+            return False
+        if self.seconds > 0 and time.time() - self.t0 >= self.seconds:
+            self.stopped_by_time = True
+            return False
+        return True
+
+    def last(self, step):
+        return step == self.steps - 1 or (self.seconds > 0 and time.time() - self.t0 >= self.seconds)
+
+
+def lr_at(step, budget, lr, warmup):
     if step < warmup:
         return lr * (step + 1) / warmup
-    p = (step - warmup) / max(1, steps - warmup)
+    w = warmup / max(1, budget.steps)
+    p = (budget.progress(step) - w) / max(1e-9, 1.0 - w)
     return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, p))))
 
 
@@ -621,7 +653,10 @@ def part_vae(args, log):
               "kl_weight": args.kl, "fg_weight": args.fg_weight, "train_clips": n,
               "data_seed": train["seed"], "params": params, "env": env_record(), "log": []}
     t0 = time.time()
-    for step in range(steps):
+    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    for step in itertools.count():
+        if not budget.more(step):
+            break
         idx = torch.from_numpy(rng.randint(0, n, size=batch)).to(device)
         x, x01 = to_pixels(frames[idx], device)
         post = vae.encode(x).latent_dist
@@ -637,12 +672,12 @@ def part_vae(args, log):
         kl = 0.5 * (post.mean ** 2 + post.var - 1.0 - post.logvar).mean()
         loss = l1 + l2 + args.kl * kl
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, args.lr, args.warmup)
+            g["lr"] = lr_at(step, budget, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
-        if step % args.log_every == 0 or step == steps - 1:
+        if step % args.log_every == 0 or budget.last(step):
             psnr = 10.0 * math.log10(1.0 / max(1e-10, float((err.detach().clamp(-1, 1) ** 2).mean())))
             e = {"step": step, "loss": float(loss), "l1": float(l1), "l2": float(l2), "kl": float(kl),
                  "grad_norm": float(gn), "train_psnr": psnr, "post_std": float(post.std.mean()),
@@ -650,6 +685,7 @@ def part_vae(args, log):
             record["log"].append(e)
             log("vae step %d loss %.4f l1 %.4f l2 %.5f kl %.3f psnr %.2f dB std %.3f" % (
                 step, e["loss"], e["l1"], e["l2"], e["kl"], psnr, e["post_std"]))
+    record["steps_run"], record["stopped_by_time"] = step, budget.stopped_by_time
     vae.eval()
     record["heldout_psnr"] = video_psnr(vae, torch.from_numpy(held["frames"]).to(device), device)
     log("vae: held-out reconstruction PSNR %.2f dB (posterior mode)" % record["heldout_psnr"])
@@ -735,7 +771,10 @@ def part_audio_vae(args, log):
               "kl_weight": args.kl, "train_clips": n, "data_seed": train["seed"], "params": params,
               "env": env_record(), "log": []}
     t0 = time.time()
-    for step in range(steps):
+    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    for step in itertools.count():
+        if not budget.more(step):
+            break
         idx = torch.from_numpy(rng.randint(0, n, size=batch)).to(device)
         x = wav[idx]
         post = avae.encode(x).latent_dist
@@ -746,17 +785,18 @@ def part_audio_vae(args, log):
         kl = 0.5 * (post.mean ** 2 + post.std ** 2 - 1.0 - 2.0 * post.logs).mean()
         loss = args.audio_l1 * l1 + spec + args.kl * kl
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, args.lr, args.warmup)
+            g["lr"] = lr_at(step, budget, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(avae.parameters(), 1.0)
         opt.step()
-        if step % args.log_every == 0 or step == steps - 1:
+        if step % args.log_every == 0 or budget.last(step):
             e = {"step": step, "loss": float(loss), "l1": float(l1), "stft": float(spec), "kl": float(kl),
                  "grad_norm": float(gn), "post_std": float(post.std.mean()), "s": round(time.time() - t0, 1)}
             record["log"].append(e)
             log("audio_vae step %d loss %.4f l1 %.4f stft %.4f kl %.3f std %.3f" % (
                 step, e["loss"], e["l1"], e["stft"], e["kl"], e["post_std"]))
+    record["steps_run"], record["stopped_by_time"] = step, budget.stopped_by_time
     avae.eval()
     snr, pitch = audio_metrics(avae, torch.from_numpy(np.ascontiguousarray(held["audio"])).to(device), device)
     record["heldout_snr_db"], record["heldout_pitch_agreement"] = snr, pitch
@@ -1080,9 +1120,12 @@ def part_dit(args, log):
 
     ema_decay = args.ema
     t0 = time.time()
-    for step in range(steps):
+    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    for step in itertools.count():
+        if not budget.more(step):
+            break
         for gr in opt.param_groups:
-            gr["lr"] = lr_at(step, steps, args.lr, args.warmup)
+            gr["lr"] = lr_at(step, budget, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         tot = torch.zeros(3, device=device)
         for _ in range(groups):
@@ -1100,16 +1143,17 @@ def part_dit(args, log):
         with torch.no_grad():
             d = min(ema_decay, (1.0 + step) / (10.0 + step))
             torch._foreach_lerp_(ema, [p.detach() for p in dit.parameters()], 1.0 - d)
-        if step % args.log_every == 0 or step == steps - 1:
+        if step % args.log_every == 0 or budget.last(step):
             tot = (tot / groups).tolist()
             e = {"step": step, "loss": tot[0], "video": tot[1], "audio": tot[2], "grad_norm": float(gn),
                  "s": round(time.time() - t0, 1)}
             record["log"].append(e)
             log("dit step %d loss %.4f video %.4f audio %.4f gn %.3f" % (step, tot[0], tot[1], tot[2], float(gn)))
-        if (step + 1) % args.val_every == 0 or step == steps - 1:
+        if (step + 1) % args.val_every == 0 or budget.last(step):
             v = validate()
             record["val"].append({"step": step, "loss": v[0], "video": v[1], "audio": v[2]})
             log("dit val (held-out prompts) step %d loss %.4f video %.4f audio %.4f" % (step, *v))
+    record["steps_run"], record["stopped_by_time"] = step, budget.stopped_by_time
     # Export the EMA weights.
     with torch.no_grad():
         for pe, p in zip(ema, dit.parameters()):
@@ -1224,12 +1268,12 @@ def provenance(args, records, total):
         "| part | seed | steps x batch | parameters | final training loss | held-out |",
         "|---|---|---|---|---|---|",
         "| vae | %d | %d x %d | %d | %.4f (L1 %.4f) | PSNR %.2f dB |" % (
-            v["seed"], v["steps"], v["batch"], v["params"], last(v, "loss"), last(v, "l1"), v.get("heldout_psnr", float("nan"))),
+            v["seed"], v.get("steps_run", v["steps"]), v["batch"], v["params"], last(v, "loss"), last(v, "l1"), v.get("heldout_psnr", float("nan"))),
         "| audio_vae | %d | %d x %d | %d | %.4f (STFT %.4f) | SNR %.2f dB, pitch kept %.0f%% |" % (
-            a["seed"], a["steps"], a["batch"], a["params"], last(a, "loss"), last(a, "stft"),
+            a["seed"], a.get("steps_run", a["steps"]), a["batch"], a["params"], last(a, "loss"), last(a, "stft"),
             a.get("heldout_snr_db", float("nan")), 100 * a.get("heldout_pitch_agreement", float("nan"))),
         "| dit | %d | %d x %d x %d | %d | %.4f (video %.4f, audio %.4f) | flow loss %.4f (EMA) |" % (
-            d["seed"], d["steps"], d["groups"], d["batch"], d["params"], last(d, "loss"), last(d, "video"),
+            d["seed"], d.get("steps_run", d["steps"]), d["groups"], d["batch"], d["params"], last(d, "loss"), last(d, "video"),
             last(d, "audio"), d.get("val_ema", {}).get("loss", float("nan"))),
         "",
         "DiT timestep sampling: %s; EMA %s; precision %s." % (d.get("timestep_sampling"), d.get("ema"), d.get("precision")),
@@ -1252,6 +1296,8 @@ def main(argv):
                     help="the anchor folder (dmin.tar.xz, refenv.py)")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-budget", type=float, default=0.0,
+                    help="seconds: end the training loop there even before --steps (0: no limit)")
     ap.add_argument("--smoke", action="store_true", help="a handful of steps on tiny batches: checks the part end to end")
     ap.add_argument("--resume", action="store_true", help="start from WORK/parts/PART's weights (fresh optimizer)")
     ap.add_argument("--size", choices=sorted(SIZES), default="train")
