@@ -14,7 +14,9 @@
 # (more train.py flags for every part). The anchor's packed diffusers sources are unpacked into
 # /tmp/h3-ref as its bench_ref.py does; the clips are rendered into /tmp/h3-tiny-data once per
 # machine. WORK (without the repository copy of an unfinished export) goes to $OUT/train-tiny.tar
-# (one file: the machine's return path drops deep folders).
+# (split into train-tiny.tar.aa, .ab, ...: the machine's return path drops deep folders and
+# large files; `cat train-tiny.tar.* | tar -x` joins them). With H3_BIN set to an h3 binary,
+# an exported repository is then evaluated on the GPU (`h3 eval tiny --device cuda`).
 set -euo pipefail
 if [ $# -lt 4 ]; then
   sed -n '2,14p' "$0" >&2
@@ -62,8 +64,15 @@ for part in "$@"; do
   fi
 done
 
+if [ $status = 0 ] && [ -n "${H3_BIN:-}" ] && [ -d "$WORK/repo" ]; then
+  for cases in 12 48; do
+    "$H3_BIN" eval tiny --model "$WORK/repo" --device cuda --cases $cases --json | tee "$WORK/eval-gpu-$cases.json" || status=1
+  done
+fi
+
 if [ -n "${OUT:-}" ]; then
-  tar -cf "$OUT/train-tiny.tar" --exclude=./repo.tmp -C "$WORK" .
-  du -sh "$WORK"/* "$OUT/train-tiny.tar" || true
+  # In 15 MiB pieces: the machine's return path takes files of at most 16 MiB.
+  tar -cf - --exclude=./repo.tmp -C "$WORK" . | split -b 15m - "$OUT/train-tiny.tar."
+  du -sh "$WORK"/* "$OUT"/train-tiny.tar.* || true
 fi
 exit $status
