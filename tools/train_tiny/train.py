@@ -408,7 +408,15 @@ def save_part(out, part, model, cfg, log_record):
     save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    with open(os.path.join(d, "log.json"), "w") as f:
+    # A resumed part keeps the record of the runs it continues, so the provenance counts every step.
+    prev_path = os.path.join(d, "log.json")
+    if log_record.get("resumed") and os.path.isfile(prev_path):
+        with open(prev_path) as f:
+            prev = json.load(f)
+        earlier = prev.pop("earlier_runs", [])
+        prev.pop("env", None)
+        log_record["earlier_runs"] = earlier + [prev]
+    with open(prev_path, "w") as f:
         json.dump(log_record, f, indent=1)
 
 
@@ -655,7 +663,7 @@ def part_vae(args, log):
         params, n, steps, batch, {k: cfg[k] for k in SIZES["train"]["vae"]}))
     record = {"part": "vae", "seed": args.seed, "steps": steps, "batch": batch, "lr": args.lr,
               "kl_weight": args.kl, "fg_weight": args.fg_weight, "train_clips": n,
-              "data_seed": train["seed"], "params": params, "env": env_record(), "log": []}
+              "data_seed": train["seed"], "params": params, "env": env_record(), "resumed": bool(args.resume), "log": []}
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
     for step in itertools.count():
@@ -779,7 +787,7 @@ def part_audio_vae(args, log):
     log("audio_vae: %d parameters, %d training clips, %d steps of %d clips" % (params, n, steps, batch))
     record = {"part": "audio_vae", "seed": args.seed, "steps": steps, "batch": batch, "lr": args.lr,
               "kl_weight": args.kl, "train_clips": n, "data_seed": train["seed"], "params": params,
-              "env": env_record(), "log": []}
+              "env": env_record(), "resumed": bool(args.resume), "log": []}
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
     for step in itertools.count():
@@ -1115,7 +1123,7 @@ def part_dit(args, log):
               "ema": args.ema, "audio_weight": args.audio_weight, "precision": args.precision,
               "train_clips": len(train["prompt"]), "data_seed": train["seed"], "params": params,
               "timestep_sampling": "base sigma u ~ U(0,1); video t = 1 - shift12(u), audio t = 1 - shift3(u)",
-              "env": env_record(), "log": [], "val": []}
+              "env": env_record(), "resumed": bool(args.resume), "log": [], "val": []}
 
     def validate():
         """Flow-matching loss on held-out clips at 8 fixed base sigmas with fixed noise."""
@@ -1260,6 +1268,11 @@ def part_export(args, log):
 
 
 def provenance(args, records, total):
+    def steps(rec):
+        own = rec.get("steps_run", rec["steps"])
+        before = sum(r.get("steps_run", r.get("steps", 0)) for r in rec.get("earlier_runs", []))
+        return "%d (%d resumed)" % (own + before, own) if rec.get("resumed") else "%d" % own
+
     def last(rec, key):
         return rec["log"][-1][key] if rec.get("log") else float("nan")
 
@@ -1281,13 +1294,13 @@ def provenance(args, records, total):
         "",
         "| part | seed | steps x batch | parameters | final training loss | held-out |",
         "|---|---|---|---|---|---|",
-        "| vae | %d | %d x %d | %d | %.4f (L1 %.4f) | PSNR %.2f dB |" % (
-            v["seed"], v.get("steps_run", v["steps"]), v["batch"], v["params"], last(v, "loss"), last(v, "l1"), v.get("heldout_psnr", float("nan"))),
-        "| audio_vae | %d | %d x %d | %d | %.4f (STFT %.4f) | SNR %.2f dB, pitch kept %.0f%% |" % (
-            a["seed"], a.get("steps_run", a["steps"]), a["batch"], a["params"], last(a, "loss"), last(a, "stft"),
+        "| vae | %d | %s x %d | %d | %.4f (L1 %.4f) | PSNR %.2f dB |" % (
+            v["seed"], steps(v), v["batch"], v["params"], last(v, "loss"), last(v, "l1"), v.get("heldout_psnr", float("nan"))),
+        "| audio_vae | %d | %s x %d | %d | %.4f (STFT %.4f) | SNR %.2f dB, pitch kept %.0f%% |" % (
+            a["seed"], steps(a), a["batch"], a["params"], last(a, "loss"), last(a, "stft"),
             a.get("heldout_snr_db", float("nan")), 100 * a.get("heldout_pitch_agreement", float("nan"))),
-        "| dit | %d | %d x %d x %d | %d | %.4f (video %.4f, audio %.4f) | flow loss %.4f (EMA) |" % (
-            d["seed"], d.get("steps_run", d["steps"]), d["groups"], d["batch"], d["params"], last(d, "loss"), last(d, "video"),
+        "| dit | %d | %s x %d x %d | %d | %.4f (video %.4f, audio %.4f) | flow loss %.4f (EMA) |" % (
+            d["seed"], steps(d), d["groups"], d["batch"], d["params"], last(d, "loss"), last(d, "video"),
             last(d, "audio"), d.get("val_ema", {}).get("loss", float("nan"))),
         "",
         "DiT timestep sampling: %s; EMA %s; precision %s." % (d.get("timestep_sampling"), d.get("ema"), d.get("precision")),
