@@ -47,7 +47,7 @@ struct Rgb {
 // longest wavelength (red, yellow, green, blue).
 inline constexpr std::array<Rgb, kNumColours> kColourRgb = {Rgb{220, 40, 40}, Rgb{40, 180, 60},
                                                             Rgb{40, 90, 230}, Rgb{230, 200, 30}};
-inline constexpr std::array<double, kNumColours> kColourToneHz = {220.0, 495.0, 742.5, 330.0};
+inline constexpr std::array<double, kNumColours> kColourToneHz = {200.0, 480.0, 720.0, 320.0};
 // Plain backgrounds, one per clip.
 inline constexpr std::array<Rgb, 2> kBackgroundRgb = {Rgb{24, 24, 24}, Rgb{216, 216, 216}};
 

@@ -28,7 +28,7 @@ AUDIO_SAMPLES = FRAMES * SAMPLE_RATE // FPS  # 52000 = 65 audio latents of 800 s
 
 COLOURS = ["red", "green", "blue", "yellow"]
 COLOUR_RGB = [(220, 40, 40), (40, 180, 60), (40, 90, 230), (230, 200, 30)]
-COLOUR_TONE_HZ = [220.0, 495.0, 742.5, 330.0]  # a chain of fifths: red, yellow, green, blue
+COLOUR_TONE_HZ = [200.0, 480.0, 720.0, 320.0]  # red, green, blue, yellow; multiples of 40 Hz (SPEC.md)
 SHAPES = ["circle", "square", "triangle"]
 MOTIONS = ["left", "right", "up", "down", "bounce"]
 BACKGROUND_RGB = [(24, 24, 24), (216, 216, 216)]
