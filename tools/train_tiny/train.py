@@ -799,10 +799,13 @@ def part_audio_vae(args, log):
         if not budget.more(step):
             break
         idx = torch.from_numpy(rng.randint(0, n, size=batch)).to(device)
-        # Random crops of whole latent frames: a third of the cost of whole clips per example, and
-        # the tone and clicks are the same anywhere in a clip.
-        crop = min(wav.shape[-1] // 800, args.audio_crop) * 800
-        start = int(rng.randint(0, wav.shape[-1] - crop + 1))
+        # Random crops of whole latent frames: a third of the cost of whole clips per example.
+        # They start on the 800-sample grid, as a whole clip does: there every tone starts each
+        # latent frame at phase 0 (SPEC.md), which an off-grid crop would break.
+        frames_in_clip = wav.shape[-1] // 800
+        crop_frames = min(frames_in_clip, args.audio_crop)
+        start = 800 * int(rng.randint(0, frames_in_clip - crop_frames + 1))
+        crop = crop_frames * 800
         x = wav[idx, :, start:start + crop]
         post = avae.encode(x).latent_dist
         z = post.mean + post.std * torch.randn_like(post.mean)
