@@ -425,6 +425,14 @@ def save_part(out, part, model, cfg, log_record):
         json.dump(log_record, f, indent=1)
 
 
+def part_model(args, part, cls, device):
+    """The part's model: built fresh from the size preset, or its saved weights with --resume."""
+    if args.resume:
+        return load_part(args.out, part, cls, device)
+    cfg = component_config(args.repo, PART_COMPONENT[part], args.size)
+    return build(cls, cfg).to(device), cfg
+
+
 def load_part(out, part, cls, device):
     from safetensors.torch import load_file
 
@@ -643,16 +651,46 @@ def video_psnr(vae, frames_gpu, device, batch=8):
     return float(torch.cat(vals).mean())
 
 
+def optimizer_step(opt, model, loss, lr):
+    """One step at `lr` with the gradient norm clipped at 1; returns the norm before clipping."""
+    import torch
+
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return gn
+
+
+def set_latent_stats(cfg, record, latents):
+    """The pipeline's per-channel `latents_mean` / `latents_std`, over the training clips'
+    posterior modes (`latents` yields [B, C, ...] batches), into the config and the log."""
+    import torch
+
+    s1 = s2 = None
+    cnt = 0
+    with torch.no_grad():
+        for z in latents:
+            zs = z.double().transpose(0, 1).reshape(z.shape[1], -1)
+            s1 = zs.sum(1) if s1 is None else s1 + zs.sum(1)
+            s2 = (zs * zs).sum(1) if s2 is None else s2 + (zs * zs).sum(1)
+            cnt += zs.shape[1]
+    mean = s1 / cnt
+    std = (s2 / cnt - mean * mean).clamp_min(1e-12).sqrt()
+    cfg["latents_mean"] = [round(float(v), 6) for v in mean]
+    cfg["latents_std"] = [max(1e-6, round(float(v), 6)) for v in std]
+    record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
+
+
 def part_vae(args, log):
     import numpy as np
     import torch
 
     device = "cuda"
     seed_all(args.seed)
-    cfg = component_config(args.repo, "vae", args.size)
-    vae = build(Ref.VideoVAE, cfg).to(device)
-    if args.resume:
-        vae, cfg = load_part(args.out, "vae", Ref.VideoVAE, device)
+    vae, cfg = part_model(args, "vae", Ref.VideoVAE, device)
     n_train = 32 if args.smoke else None
     train = load_clips(args.data, "train", n_train)
     held = load_clips(args.data, "heldout", 4 if args.smoke else 24)
@@ -688,12 +726,7 @@ def part_vae(args, log):
         l2 = (w * err * err).mean()
         kl = 0.5 * (post.mean ** 2 + post.var - 1.0 - post.logvar).mean()
         loss = l1 + l2 + args.kl * kl
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, budget, args.lr, args.warmup)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        gn = optimizer_step(opt, vae, loss, lr_at(step, budget, args.lr, args.warmup))
         if step % args.log_every == 0 or budget.last(step):
             psnr = 10.0 * math.log10(1.0 / max(1e-10, float((err.detach().clamp(-1, 1) ** 2).mean())))
             e = {"step": step, "loss": float(loss), "l1": float(l1), "l2": float(l2), "kl": float(kl),
@@ -706,21 +739,8 @@ def part_vae(args, log):
     vae.eval()
     record["heldout_psnr"] = video_psnr(vae, torch.from_numpy(held["frames"]).to(device), device)
     log("vae: held-out reconstruction PSNR %.2f dB (posterior mode)" % record["heldout_psnr"])
-    # Latent statistics for the pipeline's normalization, over the training clips' posterior modes.
-    s1 = s2 = None
-    cnt = 0
-    with torch.no_grad():
-        for s in range(0, n, args.batch):
-            z = vae.encode(to_pixels(frames[s:s + args.batch], device)[0]).latent_dist.mode().double()
-            zs = z.transpose(0, 1).reshape(z.shape[1], -1)
-            s1 = zs.sum(1) if s1 is None else s1 + zs.sum(1)
-            s2 = (zs * zs).sum(1) if s2 is None else s2 + (zs * zs).sum(1)
-            cnt += zs.shape[1]
-    mean = s1 / cnt
-    std = (s2 / cnt - mean * mean).clamp_min(1e-12).sqrt()
-    cfg["latents_mean"] = [round(float(v), 6) for v in mean]
-    cfg["latents_std"] = [max(1e-6, round(float(v), 6)) for v in std]
-    record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
+    set_latent_stats(cfg, record, (vae.encode(to_pixels(frames[s:s + args.batch], device)[0]).latent_dist.mode()
+                                   for s in range(0, n, args.batch)))
     log("vae: latents mean in [%.3f, %.3f], std in [%.3f, %.3f]" % (
         min(cfg["latents_mean"]), max(cfg["latents_mean"]), min(cfg["latents_std"]), max(cfg["latents_std"])))
     save_part(args.out, "vae", vae, cfg, record)
@@ -775,10 +795,7 @@ def part_audio_vae(args, log):
 
     device = "cuda"
     seed_all(args.seed)
-    cfg = component_config(args.repo, "audio_vae", args.size)
-    avae = build(Ref.AudioVAE, cfg).to(device)
-    if args.resume:
-        avae, cfg = load_part(args.out, "audio_vae", Ref.AudioVAE, device)
+    avae, cfg = part_model(args, "audio_vae", Ref.AudioVAE, device)
     train = load_clips(args.data, "train", 32 if args.smoke else None)
     held = load_clips(args.data, "heldout", 4 if args.smoke else 48)
     # Both stereo channels are the same signal (SPEC.md): the mono VAE trains on channel 0.
@@ -814,12 +831,7 @@ def part_audio_vae(args, log):
         spec = stft_loss(y[:, 0], x[:, 0])
         kl = 0.5 * (post.mean ** 2 + post.std ** 2 - 1.0 - 2.0 * post.logs).mean()
         loss = args.audio_l1 * l1 + spec + args.kl * kl
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, budget, args.lr, args.warmup)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(avae.parameters(), 1.0)
-        opt.step()
+        gn = optimizer_step(opt, avae, loss, lr_at(step, budget, args.lr, args.warmup))
         if step % args.log_every == 0 or budget.last(step):
             e = {"step": step, "loss": float(loss), "l1": float(l1), "stft": float(spec), "kl": float(kl),
                  "grad_norm": float(gn), "post_std": float(post.std.mean()), "s": round(time.time() - t0, 1)}
@@ -831,20 +843,7 @@ def part_audio_vae(args, log):
     snr, pitch = audio_metrics(avae, torch.from_numpy(np.ascontiguousarray(held["audio"])).to(device), device)
     record["heldout_snr_db"], record["heldout_pitch_agreement"] = snr, pitch
     log("audio_vae: held-out reconstruction SNR %.2f dB, tone pitch kept in %.0f%% of clips" % (snr, 100 * pitch))
-    s1 = s2 = None
-    cnt = 0
-    with torch.no_grad():
-        for s in range(0, n, 64):
-            z = avae.encode(wav[s:s + 64]).latent_dist.mode().double()  # [B, 32, 65]
-            zs = z.transpose(0, 1).reshape(z.shape[1], -1)
-            s1 = zs.sum(1) if s1 is None else s1 + zs.sum(1)
-            s2 = (zs * zs).sum(1) if s2 is None else s2 + (zs * zs).sum(1)
-            cnt += zs.shape[1]
-    mean = s1 / cnt
-    std = (s2 / cnt - mean * mean).clamp_min(1e-12).sqrt()
-    cfg["latents_mean"] = [round(float(v), 6) for v in mean]
-    cfg["latents_std"] = [max(1e-6, round(float(v), 6)) for v in std]
-    record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
+    set_latent_stats(cfg, record, (avae.encode(wav[s:s + 64]).latent_dist.mode() for s in range(0, n, 64)))
     save_part(args.out, "audio_vae", avae, cfg, record)
     log("audio_vae: saved %s" % part_dir(args.out, "audio_vae"))
     return 0
@@ -1077,19 +1076,18 @@ def part_dit(args, log):
     if Ref.layout is not None:
         assert geo[0] == Ref.video_latent_num_frames(FRAMES, vcfg["clip_length"], vae.tokens_chunk_size)
         assert geo[3] == Ref.audio_latent_num_frames(FRAMES)
-    cfg = component_config(args.repo, "transformer", args.size)
-    dit = build(Ref.DiT, cfg).to(device)
-    # adaLN-Zero start: modulation and output heads at zero, so every block begins as the identity
-    # and the first prediction is 0 (the usual DiT initialization; the reference module has none).
-    with torch.no_grad():
-        for blk in dit.transformer_blocks:
-            blk.adaln_proj.linear.weight.zero_()
-            blk.adaln_proj.linear.bias.zero_()
-        for m in (dit.norm_out.linear, dit.proj_out, dit.audio_proj_out):
-            m.weight.zero_()
-            m.bias.zero_()
-    if args.resume:
-        dit, cfg = load_part(args.out, "dit", Ref.DiT, device)
+    dit, cfg = part_model(args, "dit", Ref.DiT, device)
+    if not args.resume:
+        # adaLN-Zero start: modulation and output heads at zero, so every block begins as the
+        # identity and the first prediction is 0 (the usual DiT initialization; the reference
+        # module has none).
+        with torch.no_grad():
+            for blk in dit.transformer_blocks:
+                blk.adaln_proj.linear.weight.zero_()
+                blk.adaln_proj.linear.bias.zero_()
+            for m in (dit.norm_out.linear, dit.proj_out, dit.audio_proj_out):
+                m.weight.zero_()
+                m.bias.zero_()
     dit.train()
     ema = [p.detach().clone() for p in dit.parameters()]
     feats = load_features(args, log)
