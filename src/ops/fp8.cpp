@@ -1,0 +1,184 @@
+#include "ops/fp8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/ops.h"
+
+namespace h3::ops {
+
+namespace {
+
+int64_t blocks(int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; }
+
+// The scale that puts a group's largest magnitude on E4M3's largest finite value. The division is
+// float32 on every backend, so the same inputs round to the same E4M3 values everywhere.
+float scale_for(float amax) { return amax > 0.0f ? amax / kFp8E4M3Max : 1.0f; }
+
+// The device kernels are not written yet: a CUDA tensor is refused by name, so callers (and the
+// backend-ops harness, which reports it as a skip) see which op is missing.
+void require_cpu(const char* op, const Tensor& t) {
+  H3_CHECK(t.device().is_cpu(), ErrorCode::kUnsupported, "ops::", op, ": FP8 on ", t.device().str(),
+           " is not implemented (CPU only)");
+}
+
+Shape expected_scale_shape(Fp8WeightScaling s, int64_t n, int64_t k) {
+  return s == Fp8WeightScaling::kPerChannel ? Shape{n} : Shape{blocks(n), blocks(k)};
+}
+
+}  // namespace
+
+Fp8WeightScaling parse_fp8_weight_scaling(const std::string& text) {
+  if (text == "channel") return Fp8WeightScaling::kPerChannel;
+  if (text == "block") return Fp8WeightScaling::kPerBlock;
+  fail(ErrorCode::kInvalidArgument, "FP8 weight scaling '", text,
+       "' is not known (expected channel or block)");
+}
+
+Fp8ActScaling parse_fp8_act_scaling(const std::string& text) {
+  if (text == "token") return Fp8ActScaling::kPerToken;
+  if (text == "tensor") return Fp8ActScaling::kPerTensor;
+  fail(ErrorCode::kInvalidArgument, "FP8 activation scaling '", text,
+       "' is not known (expected token or tensor)");
+}
+
+const char* fp8_weight_scaling_name(Fp8WeightScaling s) {
+  return s == Fp8WeightScaling::kPerChannel ? "channel" : "block";
+}
+
+const char* fp8_act_scaling_name(Fp8ActScaling s) {
+  return s == Fp8ActScaling::kPerToken ? "token" : "tensor";
+}
+
+Fp8Weight quantize_weight_fp8(const Tensor& w, Fp8WeightScaling scaling) {
+  H3_CHECK(w.defined() && dtype_is_float(w.dtype()) && w.dim() == 2, ErrorCode::kInvalidArgument,
+           "ops::quantize_weight_fp8: w must be a float [N, K] tensor, got ",
+           w.defined() ? w.desc() : std::string("<undefined>"));
+  require_cpu("quantize_weight_fp8", w);
+  const int64_t n = w.size(0), k = w.size(1);
+  const std::vector<float> v = w.to_f32_vector();
+  for (size_t i = 0; i < v.size(); ++i) {
+    H3_CHECK(std::isfinite(v[i]), ErrorCode::kInvalidArgument, "ops::quantize_weight_fp8: w ",
+             w.desc(), " holds ", v[i], " at [", static_cast<int64_t>(i) / std::max<int64_t>(k, 1),
+             ", ", static_cast<int64_t>(i) % std::max<int64_t>(k, 1),
+             "] (FP8 weights need finite values)");
+  }
+  Fp8Weight out;
+  out.scaling = scaling;
+  out.data = Tensor::empty({n, k}, DType::kF8E4M3);
+  out.scale = Tensor::empty(expected_scale_shape(scaling, n, k), DType::kF32);
+  uint8_t* q = out.data.data<uint8_t>();
+  float* s = out.scale.data<float>();
+  // The group of element (r, c): its channel r, or its block (r / 128, c / 128).
+  const int64_t kb = blocks(k);
+  auto group = [&](int64_t r, int64_t c) {
+    return scaling == Fp8WeightScaling::kPerChannel ? r
+                                                    : (r / kFp8BlockSize) * kb + c / kFp8BlockSize;
+  };
+  std::vector<float> amax(static_cast<size_t>(out.scale.numel()), 0.0f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      float& a = amax[static_cast<size_t>(group(r, c))];
+      a = std::max(a, std::fabs(v[static_cast<size_t>(r * k + c)]));
+    }
+  for (size_t g = 0; g < amax.size(); ++g) s[g] = scale_for(amax[g]);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const size_t i = static_cast<size_t>(r * k + c);
+      q[i] = f8e4m3_from_f32(v[i] / s[group(r, c)]);
+    }
+  return out;
+}
+
+void check_fp8_weight(const Fp8Weight& w, const std::string& what) {
+  H3_CHECK(w.data.defined() && w.data.dtype() == DType::kF8E4M3 && w.data.dim() == 2,
+           ErrorCode::kInvalidArgument, what, ": FP8 weight data must be F8_E4M3 [N, K], got ",
+           w.data.defined() ? w.data.desc() : std::string("<undefined>"));
+  const Shape want = expected_scale_shape(w.scaling, w.data.size(0), w.data.size(1));
+  H3_CHECK(w.scale.defined() && w.scale.dtype() == DType::kF32 && w.scale.shape() == want,
+           ErrorCode::kInvalidArgument, what, ": the per-", fp8_weight_scaling_name(w.scaling),
+           " scale of an FP8 weight ", w.data.desc(), " must be f32 ", shape_str(want), ", got ",
+           w.scale.defined() ? w.scale.desc() : std::string("<undefined>"));
+  if (w.scale.device().is_cpu()) {
+    const std::vector<float> s = w.scale.to_f32_vector();
+    for (size_t i = 0; i < s.size(); ++i)
+      H3_CHECK(std::isfinite(s[i]) && s[i] > 0.0f, ErrorCode::kInvalidArgument, what,
+               ": FP8 scale ", i, " is ", s[i], " (expected a finite positive number)");
+  }
+}
+
+Tensor dequantize_weight_fp8(const Fp8Weight& w, DType dtype) {
+  check_fp8_weight(w, "ops::dequantize_weight_fp8");
+  H3_CHECK(dtype_is_float(dtype) && dtype != DType::kF8E4M3, ErrorCode::kInvalidArgument,
+           "ops::dequantize_weight_fp8: output dtype ", dtype_name(dtype),
+           " (expected f32, bf16, f16 or f64)");
+  require_cpu("dequantize_weight_fp8", w.data);
+  const int64_t n = w.data.size(0), k = w.data.size(1), kb = blocks(k);
+  const uint8_t* q = w.data.data<uint8_t>();
+  const float* s = w.scale.data<float>();
+  std::vector<float> out(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const float sc = w.scaling == Fp8WeightScaling::kPerChannel
+                           ? s[r]
+                           : s[(r / kFp8BlockSize) * kb + c / kFp8BlockSize];
+      out[static_cast<size_t>(r * k + c)] = f8e4m3_to_f32(q[r * k + c]) * sc;
+    }
+  return Tensor::from_f32(out, {n, k}, dtype);
+}
+
+Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
+  H3_CHECK(x.defined() && dtype_is_float(x.dtype()) && x.dim() >= 1, ErrorCode::kInvalidArgument,
+           "ops::fake_quantize_activation_fp8: x must be a float [..., K] tensor, got ",
+           x.defined() ? x.desc() : std::string("<undefined>"));
+  require_cpu("fake_quantize_activation_fp8", x);
+  const int64_t k = x.size(-1);
+  const int64_t rows = k ? x.numel() / k : 0;
+  std::vector<float> v = x.to_f32_vector();
+  // amax propagates NaN (a NaN compares false with max), so a bad token poisons its own scale.
+  auto amax_of = [&](int64_t r0, int64_t r1) {
+    float a = 0.0f;
+    for (int64_t i = r0 * k; i < r1 * k; ++i) {
+      const float m = std::fabs(v[static_cast<size_t>(i)]);
+      a = (std::isnan(m) || std::isnan(a)) ? NAN : std::max(a, m);
+    }
+    return a;
+  };
+  auto apply = [&](int64_t r0, int64_t r1, float amax) {
+    const float s = std::isfinite(amax) ? scale_for(amax) : NAN;
+    for (int64_t i = r0 * k; i < r1 * k; ++i) {
+      float& e = v[static_cast<size_t>(i)];
+      e = std::isfinite(s) ? f8e4m3_to_f32(f8e4m3_from_f32(e / s)) * s : NAN;
+    }
+  };
+  if (act == Fp8ActScaling::kPerTensor) {
+    apply(0, rows, amax_of(0, rows));
+  } else {
+    for (int64_t r = 0; r < rows; ++r) apply(r, r + 1, amax_of(r, r + 1));
+  }
+  return Tensor::from_f32(v, x.shape(), DType::kF32);
+}
+
+Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act) {
+  check_fp8_weight(w, "ops::linear_fp8");
+  H3_CHECK(x.defined() && dtype_is_float(x.dtype()) && x.dtype() != DType::kF8E4M3 &&
+               x.dim() >= 1 && x.size(-1) == w.in_features(),
+           ErrorCode::kInvalidArgument, "ops::linear_fp8: x ",
+           x.defined() ? x.desc() : std::string("<undefined>"), " and FP8 w ", w.data.desc(),
+           ": expected a float x [..., K] and w [N, K]");
+  H3_CHECK(!bias || (bias->defined() && bias->dim() == 1 && bias->size(0) == w.out_features()),
+           ErrorCode::kInvalidArgument, "ops::linear_fp8: bias must be [", w.out_features(),
+           "], got ", bias && bias->defined() ? bias->desc() : std::string("<undefined>"));
+  require_cpu("linear_fp8", x);
+  require_cpu("linear_fp8", w.data);
+  // The float32 GEMM over dequantized operands; bias added in float32, one rounding to x's dtype.
+  const Tensor xq = fake_quantize_activation_fp8(x, act);
+  const Tensor wd = dequantize_weight_fp8(w, DType::kF32);
+  const Tensor bf = bias ? bias->to(DType::kF32) : Tensor();
+  const Tensor y = linear(xq, wd, bias ? &bf : nullptr);
+  return x.dtype() == DType::kF32 ? y : y.to(x.dtype());
+}
+
+}  // namespace h3::ops

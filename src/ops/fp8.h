@@ -1,0 +1,67 @@
+// FP8 (E4M3) weights and the GEMMs that read them.
+//
+// A weight [N, K] is stored as E4M3 values with float32 scales, either one per output channel
+// ([N]) or one per 128 x 128 block ([ceil(N/128), ceil(K/128)]), and stands for value x scale.
+// The activations are quantized to E4M3 as the GEMM runs, with one scale per token (row) or one
+// for the whole tensor; products accumulate in float32 and the output takes x's dtype. A scale is
+// amax / 448 (E4M3's largest finite value), so the largest magnitude of a channel, block, token or
+// tensor lands on 448 and nothing saturates; an all-zero group gets the scale 1.
+//
+// These are the semantics of the CPU implementation, which is also the oracle for other backends:
+// the E4M3 rounding is f8e4m3_from_f32's (round to nearest even, as torch casts), and the GEMM
+// multiplies the dequantized operands, which differs from scaling a sum of E4M3 products only by
+// float32 rounding (an E4M3 value times a float32 scale needs 28 significant bits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace h3::ops {
+
+inline constexpr float kFp8E4M3Max = 448.0f;
+inline constexpr int64_t kFp8BlockSize = 128;
+
+enum class Fp8WeightScaling { kPerChannel, kPerBlock };
+enum class Fp8ActScaling { kPerToken, kPerTensor };
+
+// "channel" | "block"; "token" | "tensor" (the CLI's words). Anything else is kInvalidArgument
+// naming what was given and what is accepted.
+Fp8WeightScaling parse_fp8_weight_scaling(const std::string& text);
+Fp8ActScaling parse_fp8_act_scaling(const std::string& text);
+const char* fp8_weight_scaling_name(Fp8WeightScaling s);
+const char* fp8_act_scaling_name(Fp8ActScaling s);
+
+struct Fp8Weight {
+  Tensor data;   // F8E4M3 [N, K]
+  Tensor scale;  // F32 [N] (per channel) or [ceil(N/128), ceil(K/128)] (per block)
+  Fp8WeightScaling scaling = Fp8WeightScaling::kPerChannel;
+
+  bool defined() const { return data.defined(); }
+  int64_t out_features() const { return data.size(0); }
+  int64_t in_features() const { return data.size(1); }
+  size_t nbytes() const { return data.nbytes() + scale.nbytes(); }
+};
+
+// Quantizes a float weight [N, K]. A non-finite value is refused (kInvalidArgument, with its
+// index): it would turn its whole channel or block into NaN.
+Fp8Weight quantize_weight_fp8(const Tensor& w, Fp8WeightScaling scaling);
+
+// Checks an FP8 weight's parts against each other (dtypes, the scale's shape for its scaling,
+// finite positive scales); `what` names it in the error (a checkpoint tensor, for instance).
+void check_fp8_weight(const Fp8Weight& w, const std::string& what);
+
+// value x scale, as `dtype` (a float type).
+Tensor dequantize_weight_fp8(const Fp8Weight& w, DType dtype);
+
+// The activations as the GEMM sees them: x [..., K] rounded to E4M3 under its scales and
+// multiplied back, in float32. A token holding a NaN or an infinity gives NaN throughout its
+// row (the scale is not finite), as the device kernels do.
+Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
+
+// y = x W^T + b with W in FP8 and x quantized on the fly: x [..., K] float, bias [N] or null.
+Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act);
+
+}  // namespace h3::ops
