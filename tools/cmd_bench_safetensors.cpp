@@ -110,6 +110,11 @@ void bench_file(const std::string& path, int64_t repeat) {
          h3::io::parse_header_json(p + 8, n, data_start, file_size - data_start, path, &parsed,
                                    &metadata);
        }));
+  line("header parse (fast)", time_it(repeat, nullptr, [&] {
+         H3_CHECK(h3::io::parse_header_fast(p + 8, n, data_start, file_size - data_start, path,
+                                            &parsed, &metadata),
+                  ErrorCode::kInternal, path, ": the fast header parser declined this file");
+       }));
   std::vector<h3::io::TensorInfo> work;
   line("sort + overlap check", time_it(
                                    repeat, [&] { work = parsed; },

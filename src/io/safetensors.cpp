@@ -1,6 +1,7 @@
 // The safetensors reader: header validation and the memory-mapped file.
 #include "io/safetensors.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/status.h"
@@ -8,6 +9,20 @@
 #include "io/safetensors_header.h"
 
 namespace h3::io {
+
+namespace {
+
+// H3_SAFETENSORS_FAST=0 sends every header through the JSON parser alone, so a difference between
+// the two parsers can be ruled in or out without a rebuild.
+bool header_fast_path_disabled() {
+  static const bool disabled = [] {
+    const char* env = std::getenv("H3_SAFETENSORS_FAST");
+    return env && std::strcmp(env, "0") == 0;
+  }();
+  return disabled;
+}
+
+}  // namespace
 
 void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_size,
                               const std::string& label, std::vector<TensorInfo>* infos,
@@ -21,7 +36,11 @@ void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_si
            " bytes ends at byte ", data_start, ", past the end of the ", file_size, "-byte file");
   std::vector<TensorInfo> out;
   std::map<std::string, std::string> meta;
-  parse_header_json(data, size, data_start, file_size - data_start, label, &out, &meta);
+  const uint64_t data_len = file_size - data_start;
+  if (header_fast_path_disabled() ||
+      !parse_header_fast(data, size, data_start, data_len, label, &out, &meta)) {
+    parse_header_json(data, size, data_start, data_len, label, &out, &meta);
+  }
   sort_and_check_spans(&out, data_start, label);
   *infos = std::move(out);
   *metadata = std::move(meta);

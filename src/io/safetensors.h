@@ -79,7 +79,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Parses and validates a header from memory (the fuzz target's entry point). `file_size` is the
+// Parses and validates a header from memory (the fuzz target's entry point). A hand-written
+// single-pass parser reads the headers writers produce; anything else, and every invalid header,
+// goes through nlohmann::json, which words the error (io/safetensors_header.h). `file_size` is the
 // whole file's size, used to check spans. Throws kInvalidFile (kUnsupported for a dtype the
 // engine lacks) with `label` in the message.
 void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_size,

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/status.h"
 #include "io/strict_json.h"
@@ -152,6 +154,289 @@ TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, uin
   return info;
 }
 
+// The hand-written parser: one pass over the text, no document tree. It covers the grammar that
+// writers produce (an object of {dtype, shape, data_offsets} entries in any key order, and a
+// "__metadata__" object of strings) and declines everything else, valid or not, by returning
+// false: unknown fields in an entry, negative zero, a byte order mark, and every error. It never
+// accepts a header that parse_header_json refuses, so the JSON parser stays the one place that
+// explains what is wrong, and holds the rarer shapes of valid headers.
+class FastHeaderParser {
+ public:
+  FastHeaderParser(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+
+  bool parse(uint64_t data_start, uint64_t data_len, const std::string& label,
+             std::vector<TensorInfo>* infos, std::map<std::string, std::string>* metadata) {
+    std::vector<TensorInfo> out;
+    std::map<std::string, std::string> meta;
+    bool seen_metadata = false;
+    skip_space();
+    if (!take('{')) return false;
+    skip_space();
+    if (!take('}')) {
+      std::string key;
+      do {
+        skip_space();
+        if (!string(&key)) return false;
+        skip_space();
+        if (!take(':')) return false;
+        skip_space();
+        if (key == kMetadataKey) {
+          if (seen_metadata || !metadata_object(&meta)) return false;
+          seen_metadata = true;
+        } else {
+          out.emplace_back();
+          out.back().name = std::move(key);
+          if (!entry(data_start, data_len, label, &out.back())) return false;
+        }
+        skip_space();
+      } while (take(','));
+      if (!take('}')) return false;
+    }
+    skip_space();
+    if (p_ != end_ || has_duplicate_name(out)) return false;
+    *infos = std::move(out);
+    *metadata = std::move(meta);
+    return true;
+  }
+
+ private:
+  bool take(char c) {
+    if (p_ == end_ || *p_ != static_cast<uint8_t>(c)) return false;
+    ++p_;
+    return true;
+  }
+  // JSON's four whitespace characters (RFC 8259 section 2).
+  void skip_space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+
+  // A JSON string, escapes decoded. Names are plain ASCII in every writer we know, so that case
+  // is one scan and one copy; the general loop handles escapes and multi-byte characters.
+  bool string(std::string* out) {
+    if (!take('"')) return false;
+    const uint8_t* start = p_;
+    while (p_ != end_ && *p_ != '"' && *p_ != '\\' && *p_ >= 0x20 && *p_ < 0x80) ++p_;
+    out->assign(reinterpret_cast<const char*>(start), static_cast<size_t>(p_ - start));
+    while (p_ != end_) {
+      const uint8_t c = *p_;
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c < 0x20) return false;  // control characters must be escaped (RFC 8259 section 7)
+      if (c == '\\') {
+        if (!escape(out)) return false;
+      } else if (c >= 0x80) {
+        const size_t n = utf8_sequence_length(p_, static_cast<size_t>(end_ - p_));
+        if (n == 0) return false;
+        out->append(reinterpret_cast<const char*>(p_), n);
+        p_ += n;
+      } else {
+        out->push_back(static_cast<char>(c));
+        ++p_;
+      }
+    }
+    return false;  // unterminated
+  }
+
+  bool hex4(uint32_t* out) {
+    if (end_ - p_ < 4) return false;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t c = *p_++;
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        v |= c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        v |= c - 'A' + 10;
+      } else {
+        return false;
+      }
+    }
+    *out = v;
+    return true;
+  }
+
+  // After a backslash. A \u escape of a UTF-16 high surrogate must be followed by one of a low
+  // surrogate; a lone surrogate has no UTF-8 form (RFC 8259 section 8.2).
+  bool escape(std::string* out) {
+    ++p_;
+    if (p_ == end_) return false;
+    const uint8_t c = *p_++;
+    switch (c) {
+      case '"':
+      case '\\':
+      case '/':
+        out->push_back(static_cast<char>(c));
+        return true;
+      case 'b':
+        out->push_back('\b');
+        return true;
+      case 'f':
+        out->push_back('\f');
+        return true;
+      case 'n':
+        out->push_back('\n');
+        return true;
+      case 'r':
+        out->push_back('\r');
+        return true;
+      case 't':
+        out->push_back('\t');
+        return true;
+      case 'u':
+        break;
+      default:
+        return false;
+    }
+    uint32_t cp = 0;
+    if (!hex4(&cp)) return false;
+    if (cp >= 0xdc00 && cp <= 0xdfff) return false;
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+      uint32_t low = 0;
+      if (!take('\\') || !take('u') || !hex4(&low) || low < 0xdc00 || low > 0xdfff) return false;
+      cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+    }
+    if (cp < 0x80) {
+      out->push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    } else if (cp < 0x10000) {
+      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    } else {
+      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    }
+    return true;
+  }
+
+  // A JSON integer in [0, INT64_MAX], as as_non_negative accepts. Fractions, exponents and
+  // larger values are refused by the JSON path too; "-0", which it accepts as 0, is left to it.
+  bool integer(uint64_t* out) {
+    if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+    uint64_t v = 0;
+    if (*p_ == '0') {
+      ++p_;  // JSON allows no leading zeros, so "0" stands alone
+    } else {
+      constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
+        const uint64_t d = *p_++ - '0';
+        if (v > (kMax - d) / 10) return false;
+        v = v * 10 + d;
+      }
+    }
+    if (p_ != end_ && ((*p_ >= '0' && *p_ <= '9') || *p_ == '.' || *p_ == 'e' || *p_ == 'E')) {
+      return false;
+    }
+    *out = v;
+    return true;
+  }
+
+  // "[" integers "]", each handed to `push`.
+  template <typename Push>
+  bool integer_array(Push&& push) {
+    if (!take('[')) return false;
+    skip_space();
+    if (take(']')) return true;
+    do {
+      skip_space();
+      uint64_t v = 0;
+      if (!integer(&v)) return false;
+      push(v);
+      skip_space();
+    } while (take(','));
+    return take(']');
+  }
+
+  bool metadata_object(std::map<std::string, std::string>* meta) {
+    if (!take('{')) return false;
+    skip_space();
+    if (take('}')) return true;
+    std::string key, value;
+    do {
+      skip_space();
+      if (!string(&key)) return false;
+      skip_space();
+      if (!take(':')) return false;
+      skip_space();
+      if (!string(&value)) return false;
+      if (!meta->emplace(std::move(key), std::move(value)).second) return false;
+      skip_space();
+    } while (take(','));
+    return take('}');
+  }
+
+  bool entry(uint64_t data_start, uint64_t data_len, const std::string& label, TensorInfo* info) {
+    if (!take('{')) return false;
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    uint64_t offsets[2] = {0, 0};
+    int n_offsets = 0;
+    skip_space();
+    if (take('}')) return false;  // missing fields: the JSON path says which
+    do {
+      skip_space();
+      if (!string(&key_)) return false;
+      skip_space();
+      if (!take(':')) return false;
+      skip_space();
+      if (key_ == "dtype") {
+        if (has_dtype || !string(&dtype_)) return false;
+        has_dtype = true;
+      } else if (key_ == "shape") {
+        if (has_shape) return false;
+        has_shape = true;
+        if (!integer_array([&](uint64_t v) { info->shape.push_back(static_cast<int64_t>(v)); })) {
+          return false;
+        }
+      } else if (key_ == "data_offsets") {
+        if (has_offsets) return false;
+        has_offsets = true;
+        if (!integer_array([&](uint64_t v) {
+              if (n_offsets < 2) offsets[n_offsets] = v;
+              ++n_offsets;
+            })) {
+          return false;
+        }
+      } else {
+        return false;  // extra fields are accepted, but only by the JSON path
+      }
+      skip_space();
+    } while (take(','));
+    if (!take('}') || !has_dtype || !has_shape || !has_offsets || n_offsets != 2) return false;
+    // The JSON path checks entries in name order and stops at the first complaint; a complaint
+    // here hands the whole header to it, so the error reported is the same.
+    try {
+      check_dtype(dtype_, label, info->name, &info->dtype);
+      const uint64_t need = check_shape(info->shape, info->dtype, label, info->name);
+      check_span(offsets[0], offsets[1], need, dtype_, info->shape, data_len, label, info->name);
+      info->begin = data_start + offsets[0];
+      info->nbytes = need;
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
+  }
+
+  static bool has_duplicate_name(const std::vector<TensorInfo>& infos) {
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(infos.size());
+    for (const TensorInfo& t : infos) {
+      if (!seen.insert(t.name).second) return true;
+    }
+    return false;
+  }
+
+  const uint8_t* p_;
+  const uint8_t* end_;
+  std::string key_, dtype_;  // reused across entries
+};
 }  // namespace
 
 void parse_header_json(const uint8_t* data, size_t size, uint64_t data_start, uint64_t data_len,
@@ -179,6 +464,12 @@ void parse_header_json(const uint8_t* data, size_t size, uint64_t data_start, ui
   }
   *infos = std::move(out);
   *metadata = std::move(meta);
+}
+
+bool parse_header_fast(const uint8_t* data, size_t size, uint64_t data_start, uint64_t data_len,
+                       const std::string& label, std::vector<TensorInfo>* infos,
+                       std::map<std::string, std::string>* metadata) {
+  return FastHeaderParser(data, size).parse(data_start, data_len, label, infos, metadata);
 }
 
 void sort_and_check_spans(std::vector<TensorInfo>* infos, uint64_t data_start,

@@ -22,6 +22,14 @@ void parse_header_json(const uint8_t* data, size_t size, uint64_t data_start, ui
                        const std::string& label, std::vector<TensorInfo>* infos,
                        std::map<std::string, std::string>* metadata);
 
+// The hand-written single-pass parser that parse_safetensors_header tries first. Returns false,
+// leaving the outputs untouched, for anything it does not cover: every invalid header, and valid
+// ones outside the common grammar (extra fields in an entry, "-0", a byte order mark). When it
+// returns true, parse_header_json would have succeeded with the same tensors and metadata.
+bool parse_header_fast(const uint8_t* data, size_t size, uint64_t data_start, uint64_t data_len,
+                       const std::string& label, std::vector<TensorInfo>* infos,
+                       std::map<std::string, std::string>* metadata);
+
 void sort_and_check_spans(std::vector<TensorInfo>* infos, uint64_t data_start,
                           const std::string& label);
 
