@@ -72,6 +72,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint64_t n =
       parse_safetensors_bytes(f->map_->data(), f->file_size_, path, &f->infos_, &f->metadata_);
   f->data_start_ = 8 + n;
+  f->index_.reserve(f->infos_.size());
   for (size_t i = 0; i < f->infos_.size(); ++i) f->index_.emplace(f->infos_[i].name, i);
   return f;
 }

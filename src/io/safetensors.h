@@ -25,6 +25,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -68,6 +70,10 @@ class SafetensorsFile {
   // The tensor's bytes inside the mapping (info must come from this file).
   const uint8_t* bytes(const TensorInfo& info) const;
 
+  // The name index points into infos_, so a copy would point into the original.
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
  private:
   SafetensorsFile() = default;
   std::string path_;
@@ -75,7 +81,9 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;
   std::shared_ptr<const MappedFile> map_;
   std::vector<TensorInfo> infos_;
-  std::map<std::string, size_t> index_;
+  // Hashed rather than ordered: opening builds it for every tensor, lookups need no order, and
+  // views into infos_ spare a copy of each name.
+  std::unordered_map<std::string_view, size_t> index_;
   std::map<std::string, std::string> metadata_;
 };
 
@@ -118,7 +126,9 @@ class Checkpoint {
  private:
   std::string source_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::map<std::string, size_t> owner_;  // tensor name -> index into files_
+  // Tensor name -> index into files_. The names are views into the files' TensorInfos, which the
+  // shared SafetensorsFiles keep in place for as long as any copy of this checkpoint lives.
+  std::unordered_map<std::string_view, size_t> owner_;
 };
 
 // Writes tensors (any device is fine for CPU tensors; others are copied to CPU first) to `path`
