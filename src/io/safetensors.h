@@ -25,6 +25,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -68,6 +70,10 @@ class SafetensorsFile {
   // The tensor's bytes inside the mapping (info must come from this file).
   const uint8_t* bytes(const TensorInfo& info) const;
 
+  // The name index points into infos_, so a copy would point into the original.
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
  private:
   SafetensorsFile() = default;
   std::string path_;
@@ -75,11 +81,15 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;
   std::shared_ptr<const MappedFile> map_;
   std::vector<TensorInfo> infos_;
-  std::map<std::string, size_t> index_;
+  // Hashed rather than ordered: opening builds it for every tensor, lookups need no order, and
+  // views into infos_ spare a copy of each name.
+  std::unordered_map<std::string_view, size_t> index_;
   std::map<std::string, std::string> metadata_;
 };
 
-// Parses and validates a header from memory (the fuzz target's entry point). `file_size` is the
+// Parses and validates a header from memory (the fuzz target's entry point). A hand-written
+// single-pass parser reads the headers writers produce; anything else, and every invalid header,
+// goes through nlohmann::json, which words the error (io/safetensors_header.h). `file_size` is the
 // whole file's size, used to check spans. Throws kInvalidFile (kUnsupported for a dtype the
 // engine lacks) with `label` in the message.
 void parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_size,
@@ -116,7 +126,9 @@ class Checkpoint {
  private:
   std::string source_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::map<std::string, size_t> owner_;  // tensor name -> index into files_
+  // Tensor name -> index into files_. The names are views into the files' TensorInfos, which the
+  // shared SafetensorsFiles keep in place for as long as any copy of this checkpoint lives.
+  std::unordered_map<std::string_view, size_t> owner_;
 };
 
 // Writes tensors (any device is fine for CPU tensors; others are copied to CPU first) to `path`

@@ -76,6 +76,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
   ck.source_ = entry;
   if (!ends_with(entry, ".index.json")) {
     ck.files_.push_back(SafetensorsFile::open(entry));
+    ck.owner_.reserve(ck.files_[0]->tensors().size());
     for (const TensorInfo& t : ck.files_[0]->tensors()) ck.owner_.emplace(t.name, 0);
     return ck;
   }
@@ -115,7 +116,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
     H3_CHECK(ck.files_[fi]->has(name), ErrorCode::kInvalidFile, entry, ": tensor '", name,
              "' is listed in weight_map for shard '", shard, "' but ", ck.files_[fi]->path(),
              " does not hold it");
-    ck.owner_.emplace(name, fi);
+    ck.owner_.emplace(ck.files_[fi]->info(name).name, fi);
   }
   for (const auto& [shard, fi] : file_index) {
     for (const TensorInfo& t : ck.files_[fi]->tensors()) {
@@ -133,7 +134,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   out.reserve(owner_.size());
-  for (const auto& kv : owner_) out.push_back(kv.first);
+  for (const auto& kv : owner_) out.emplace_back(kv.first);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

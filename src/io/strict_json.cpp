@@ -8,41 +8,48 @@
 
 namespace h3::io {
 
+size_t utf8_sequence_length(const uint8_t* data, size_t left) {
+  const uint8_t c = data[0];
+  if (c < 0x80) return 1;
+  // Lead byte: number of continuation bytes and the allowed range of the second byte (which is
+  // where overlong forms, surrogates and values past U+10FFFF show up; RFC 3629 section 4).
+  size_t extra = 0;
+  uint8_t lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) {
+    extra = 1;
+  } else if (c == 0xe0) {
+    extra = 2, lo = 0xa0;
+  } else if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) {
+    extra = 2;
+  } else if (c == 0xed) {
+    extra = 2, hi = 0x9f;
+  } else if (c == 0xf0) {
+    extra = 3, lo = 0x90;
+  } else if (c >= 0xf1 && c <= 0xf3) {
+    extra = 3;
+  } else if (c == 0xf4) {
+    extra = 3, hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (left <= extra) return 0;
+  if (data[1] < lo || data[1] > hi) return 0;
+  for (size_t k = 2; k <= extra; ++k) {
+    if ((data[k] & 0xc0) != 0x80) return 0;
+  }
+  return extra + 1;
+}
+
 size_t find_invalid_utf8(const uint8_t* data, size_t size) {
   size_t i = 0;
   while (i < size) {
-    const uint8_t c = data[i];
-    if (c < 0x80) {
+    if (data[i] < 0x80) {
       ++i;
       continue;
     }
-    // Lead byte: number of continuation bytes and the allowed range of the second byte (which is
-    // where overlong forms, surrogates and values past U+10FFFF show up; RFC 3629 section 4).
-    size_t extra = 0;
-    uint8_t lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      extra = 1;
-    } else if (c == 0xe0) {
-      extra = 2, lo = 0xa0;
-    } else if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) {
-      extra = 2;
-    } else if (c == 0xed) {
-      extra = 2, hi = 0x9f;
-    } else if (c == 0xf0) {
-      extra = 3, lo = 0x90;
-    } else if (c >= 0xf1 && c <= 0xf3) {
-      extra = 3;
-    } else if (c == 0xf4) {
-      extra = 3, hi = 0x8f;
-    } else {
-      return i;
-    }
-    if (size - i <= extra) return i;
-    if (data[i + 1] < lo || data[i + 1] > hi) return i;
-    for (size_t k = 2; k <= extra; ++k) {
-      if ((data[i + k] & 0xc0) != 0x80) return i;
-    }
-    i += extra + 1;
+    const size_t n = utf8_sequence_length(data + i, size - i);
+    if (n == 0) return i;
+    i += n;
   }
   return size;
 }

@@ -15,6 +15,9 @@ namespace h3::io {
 // Returns the offset of the first byte that is not part of well-formed UTF-8 (no overlong forms,
 // no surrogates, nothing above U+10FFFF), or `size` when all of it is well formed.
 size_t find_invalid_utf8(const uint8_t* data, size_t size);
+// The length (1 to 4) of the well-formed UTF-8 sequence at the start of `data` (`left` >= 1 bytes
+// available), or 0 when the bytes there do not start one.
+size_t utf8_sequence_length(const uint8_t* data, size_t left);
 
 // Parses `size` bytes as one JSON value. Throws kInvalidFile, prefixed by "<label>: <what>", when
 // the bytes are not UTF-8, not JSON, hold a duplicate key in any object, or nest deeper than

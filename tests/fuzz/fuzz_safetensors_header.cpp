@@ -5,7 +5,9 @@
 // section, so mutations of the JSON need not keep a length prefix in step. The parser may reject
 // anything with h3::Error; any other exception, a sanitizer report, or an accepted header that
 // breaks the promised invariants (spans inside the data, sizes matching shapes, no overlap) is a
-// finding.
+// finding. The bare header also goes through both parsers of io/safetensors_header.h alone: a
+// header the hand-written parser accepts must be accepted by the JSON parser with the same
+// tensors and metadata.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 
 #include "core/status.h"
 #include "io/safetensors.h"
+#include "io/safetensors_header.h"
 
 namespace {
 
@@ -48,6 +51,49 @@ void check_invariants(const std::vector<h3::io::TensorInfo>& infos, uint64_t dat
   }
 }
 
+bool same(const std::vector<h3::io::TensorInfo>& a, const std::vector<h3::io::TensorInfo>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
+        a[i].begin != b[i].begin || a[i].nbytes != b[i].nbytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void compare_parsers(const uint8_t* data, size_t size, uint64_t data_len) {
+  const uint64_t data_start = 8 + static_cast<uint64_t>(size);
+  std::vector<h3::io::TensorInfo> fast, json;
+  std::map<std::string, std::string> fast_meta, json_meta;
+  bool fast_ok = false;
+  try {
+    fast_ok =
+        h3::io::parse_header_fast(data, size, data_start, data_len, "fuzz", &fast, &fast_meta);
+  } catch (const h3::Error&) {
+    check(false, "the fast parser threw instead of declining");
+  }
+  if (!fast_ok) return;
+  try {
+    h3::io::parse_header_json(data, size, data_start, data_len, "fuzz", &json, &json_meta);
+  } catch (const h3::Error&) {
+    check(false, "the fast parser accepted a header the JSON parser refuses");
+  }
+  bool fast_sorted = true, json_sorted = true;
+  try {
+    h3::io::sort_and_check_spans(&fast, data_start, "fuzz");
+  } catch (const h3::Error&) {
+    fast_sorted = false;
+  }
+  try {
+    h3::io::sort_and_check_spans(&json, data_start, "fuzz");
+  } catch (const h3::Error&) {
+    json_sorted = false;
+  }
+  check(fast_sorted == json_sorted, "the parsers' tensors differ in overlaps");
+  check(same(fast, json) && fast_meta == json_meta, "the parsers give different results");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -65,5 +111,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_invariants(infos, 8 + size, file_size);
   } catch (const h3::Error&) {
   }
+  compare_parsers(data, size, 256);
   return 0;
 }
