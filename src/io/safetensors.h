@@ -44,6 +44,8 @@ struct TensorInfo {
   Shape shape;
   uint64_t begin = 0;  // byte offset of the data from the start of the file
   uint64_t nbytes = 0;
+
+  bool operator==(const TensorInfo&) const = default;
 };
 
 // One .safetensors file, memory-mapped read-only. Tensors returned by tensor() borrow the mapping

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "io/strict_json.h"
+#include "text/utf8.h"
 
 namespace h3::io {
 
@@ -265,31 +266,13 @@ class FastHeaderParser {
     ++p_;
     if (p_ == end_) return false;
     const uint8_t c = *p_++;
-    switch (c) {
-      case '"':
-      case '\\':
-      case '/':
-        out->push_back(static_cast<char>(c));
-        return true;
-      case 'b':
-        out->push_back('\b');
-        return true;
-      case 'f':
-        out->push_back('\f');
-        return true;
-      case 'n':
-        out->push_back('\n');
-        return true;
-      case 'r':
-        out->push_back('\r');
-        return true;
-      case 't':
-        out->push_back('\t');
-        return true;
-      case 'u':
-        break;
-      default:
-        return false;
+    // The single-character escapes and what they stand for, position by position.
+    static constexpr std::string_view kEscaped = "\"\\/bfnrt", kMeaning = "\"\\/\b\f\n\r\t";
+    if (c != 'u') {
+      const size_t i = kEscaped.find(static_cast<char>(c));
+      if (i == std::string_view::npos) return false;
+      out->push_back(kMeaning[i]);
+      return true;
     }
     uint32_t cp = 0;
     if (!hex4(&cp)) return false;
@@ -299,21 +282,7 @@ class FastHeaderParser {
       if (!take('\\') || !take('u') || !hex4(&low) || low < 0xdc00 || low > 0xdfff) return false;
       cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
     }
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
+    text::utf8_append(out, static_cast<char32_t>(cp));
     return true;
   }
 

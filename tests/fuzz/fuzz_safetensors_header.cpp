@@ -51,17 +51,6 @@ void check_invariants(const std::vector<h3::io::TensorInfo>& infos, uint64_t dat
   }
 }
 
-bool same(const std::vector<h3::io::TensorInfo>& a, const std::vector<h3::io::TensorInfo>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
-        a[i].begin != b[i].begin || a[i].nbytes != b[i].nbytes) {
-      return false;
-    }
-  }
-  return true;
-}
-
 void compare_parsers(const uint8_t* data, size_t size, uint64_t data_len) {
   const uint64_t data_start = 8 + static_cast<uint64_t>(size);
   std::vector<h3::io::TensorInfo> fast, json;
@@ -91,7 +80,7 @@ void compare_parsers(const uint8_t* data, size_t size, uint64_t data_len) {
     json_sorted = false;
   }
   check(fast_sorted == json_sorted, "the parsers' tensors differ in overlaps");
-  check(same(fast, json) && fast_meta == json_meta, "the parsers give different results");
+  check(fast == json && fast_meta == json_meta, "the parsers give different results");
 }
 
 }  // namespace

@@ -31,17 +31,6 @@ struct Outcome {
   std::map<std::string, std::string> metadata;
 };
 
-bool same_infos(const std::vector<TensorInfo>& a, const std::vector<TensorInfo>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
-        a[i].begin != b[i].begin || a[i].nbytes != b[i].nbytes) {
-      return false;
-    }
-  }
-  return true;
-}
-
 struct Tally {
   int cases = 0, fast_accepted = 0, json_accepted = 0;
 };
@@ -93,7 +82,7 @@ void compare(const std::string& header, uint64_t data_len, Tally* tally) {
     }
     EXPECT_EQ(fast_sorted_ok, json.ok);
     if (json.ok) {
-      EXPECT_TRUE(same_infos(fast_infos, json.infos));
+      EXPECT_TRUE(fast_infos == json.infos);
     }
   }
 
@@ -108,7 +97,7 @@ void compare(const std::string& header, uint64_t data_len, Tally* tally) {
     }
     EXPECT_EQ(both.ok, json.ok) << both.message << json.message;
     if (both.ok && json.ok) {
-      EXPECT_TRUE(same_infos(both.infos, json.infos));
+      EXPECT_TRUE(both.infos == json.infos);
       EXPECT_EQ(both.metadata, json.metadata);
     } else if (!both.ok && !json.ok) {
       EXPECT_EQ(both.code, json.code);
