@@ -651,6 +651,27 @@ def video_psnr(vae, frames_gpu, device, batch=8):
     return float(torch.cat(vals).mean())
 
 
+def video_probe(vae, held, device, batch=8):
+    """Share of held-out clips whose reconstruction (posterior mode) keeps the colour, shape and
+    motion that probe_clip reads: the DiT cannot draw what the decoder cannot, so this bounds
+    what `h3 eval tiny` can reach with these VAE weights."""
+    import numpy as np
+    import torch
+
+    frames = torch.from_numpy(held["frames"]).to(device)
+    hits = np.zeros(3)
+    with torch.no_grad():
+        for s in range(0, frames.shape[0], batch):
+            x, _ = to_pixels(frames[s:s + batch], device)
+            y01 = from_pixels(vae.decode(vae.encode(x).latent_dist.mode()).sample, device).clamp(0, 1)
+            rec = (y01 * 255.0).round().to(torch.uint8).permute(0, 2, 3, 4, 1).cpu().numpy()
+            for k in range(rec.shape[0]):
+                got = probe_clip(rec[k], held["audio"][s + k])[:3]
+                hits += np.array(got) == held["attrs"][s + k]
+    n = frames.shape[0]
+    return {name: float(h / n) for name, h in zip(("colour", "shape", "motion"), hits)}
+
+
 def optimizer_step(opt, model, loss, lr):
     """One step at `lr` with the gradient norm clipped at 1; returns the norm before clipping."""
     import torch
@@ -707,6 +728,11 @@ def part_vae(args, log):
     record = {"part": "vae", "seed": args.seed, "steps": steps, "batch": batch, "lr": args.lr,
               "kl_weight": args.kl, "fg_weight": args.fg_weight, "train_clips": n,
               "data_seed": train["seed"], "params": params, "env": env_record(), "resumed": bool(args.resume), "log": []}
+    if args.resume:
+        vae.eval()
+        record["probe_before"] = video_probe(vae, held, device)
+        log("vae: held-out reconstructions before this run keep %s" % record["probe_before"])
+        vae.train()
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
     for step in itertools.count():
@@ -739,6 +765,8 @@ def part_vae(args, log):
     vae.eval()
     record["heldout_psnr"] = video_psnr(vae, torch.from_numpy(held["frames"]).to(device), device)
     log("vae: held-out reconstruction PSNR %.2f dB (posterior mode)" % record["heldout_psnr"])
+    record["probe"] = video_probe(vae, held, device)
+    log("vae: held-out reconstructions keep %s" % record["probe"])
     set_latent_stats(cfg, record, (vae.encode(to_pixels(frames[s:s + args.batch], device)[0]).latent_dist.mode()
                                    for s in range(0, n, args.batch)))
     log("vae: latents mean in [%.3f, %.3f], std in [%.3f, %.3f]" % (
