@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "ops/cuda/fp8_cuda.h"
 #include "ops/ops.h"
 
 namespace h3::ops {
@@ -17,11 +18,10 @@ int64_t blocks(int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; }
 // float32 on every backend, so the same inputs round to the same E4M3 values everywhere.
 float scale_for(float amax) { return amax > 0.0f ? amax / kFp8E4M3Max : 1.0f; }
 
-// The device kernels are not written yet: a CUDA tensor is refused by name, so callers (and the
-// backend-ops harness, which reports it as a skip) see which op is missing.
+// Operands on two devices are refused by name (CUDA operands go to ops/cuda/fp8.cu).
 void require_cpu(const char* op, const Tensor& t) {
-  H3_CHECK(t.device().is_cpu(), ErrorCode::kUnsupported, "ops::", op, ": FP8 on ", t.device().str(),
-           " is not implemented (CPU only)");
+  H3_CHECK(t.device().is_cpu(), ErrorCode::kInvalidArgument, "ops::", op, ": an operand on ",
+           t.device().str(), " next to CPU operands (expected all on one device)");
 }
 
 Shape expected_scale_shape(Fp8WeightScaling s, int64_t n, int64_t k) {
@@ -56,7 +56,7 @@ Fp8Weight quantize_weight_fp8(const Tensor& w, Fp8WeightScaling scaling) {
   H3_CHECK(w.defined() && dtype_is_float(w.dtype()) && w.dim() == 2, ErrorCode::kInvalidArgument,
            "ops::quantize_weight_fp8: w must be a float [N, K] tensor, got ",
            w.defined() ? w.desc() : std::string("<undefined>"));
-  require_cpu("quantize_weight_fp8", w);
+  if (w.device().is_cuda()) return cuda::quantize_weight_fp8(w, scaling);
   const int64_t n = w.size(0), k = w.size(1);
   const std::vector<float> v = w.to_f32_vector();
   for (size_t i = 0; i < v.size(); ++i) {
@@ -114,7 +114,8 @@ Tensor dequantize_weight_fp8(const Fp8Weight& w, DType dtype) {
   H3_CHECK(dtype_is_float(dtype) && dtype != DType::kF8E4M3, ErrorCode::kInvalidArgument,
            "ops::dequantize_weight_fp8: output dtype ", dtype_name(dtype),
            " (expected f32, bf16, f16 or f64)");
-  require_cpu("dequantize_weight_fp8", w.data);
+  if (w.data.device().is_cuda()) return cuda::dequantize_weight_fp8(w, dtype);
+  require_cpu("dequantize_weight_fp8", w.scale);
   const int64_t n = w.data.size(0), k = w.data.size(1), kb = blocks(k);
   const uint8_t* q = w.data.data<uint8_t>();
   const float* s = w.scale.data<float>();
@@ -133,7 +134,7 @@ Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
   H3_CHECK(x.defined() && dtype_is_float(x.dtype()) && x.dim() >= 1, ErrorCode::kInvalidArgument,
            "ops::fake_quantize_activation_fp8: x must be a float [..., K] tensor, got ",
            x.defined() ? x.desc() : std::string("<undefined>"));
-  require_cpu("fake_quantize_activation_fp8", x);
+  if (x.device().is_cuda()) return cuda::fake_quantize_activation_fp8(x, act);
   const int64_t k = x.size(-1);
   const int64_t rows = k ? x.numel() / k : 0;
   std::vector<float> v = x.to_f32_vector();
@@ -171,8 +172,10 @@ Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8Ac
   H3_CHECK(!bias || (bias->defined() && bias->dim() == 1 && bias->size(0) == w.out_features()),
            ErrorCode::kInvalidArgument, "ops::linear_fp8: bias must be [", w.out_features(),
            "], got ", bias && bias->defined() ? bias->desc() : std::string("<undefined>"));
-  require_cpu("linear_fp8", x);
+  if (x.device().is_cuda()) return cuda::linear_fp8(x, w, bias, act);
   require_cpu("linear_fp8", w.data);
+  require_cpu("linear_fp8", w.scale);
+  if (bias) require_cpu("linear_fp8", *bias);
   // The float32 GEMM over dequantized operands; bias added in float32, one rounding to x's dtype.
   const Tensor xq = fake_quantize_activation_fp8(x, act);
   const Tensor wd = dequantize_weight_fp8(w, DType::kF32);

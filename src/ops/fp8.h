@@ -11,6 +11,11 @@
 // the E4M3 rounding is f8e4m3_from_f32's (round to nearest even, as torch casts), and the GEMM
 // multiplies the dequantized operands, which differs from scaling a sum of E4M3 products only by
 // float32 rounding (an E4M3 value times a float32 scale needs 28 significant bits).
+//
+// On CUDA (ops/cuda/fp8.cu) the quantization is the same bits. linear_fp8 runs on the FP8 tensor
+// cores (cuBLASLt, per-channel x per-token scale vectors) when the weight has per-channel scales,
+// K is a multiple of 16 and N of 8; otherwise, per-block scales included for now, it multiplies
+// the dequantized operands in float32 as the CPU does.
 #pragma once
 
 #include <cstddef>

@@ -26,6 +26,13 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
           DType c_dtype, int64_t ldc, int64_t c_batch_stride, int64_t batch, const void* bias,
           int device, const void* c_in = nullptr);
 
+// Row-major C[M, N] = x_scale[m] * w_scale[n] * sum_k x_q[m, k] w_q[n, k] on the FP8 tensor cores
+// (cuBLASLt, outer-vector scales): x_q E4M3 [M, K] and w_q E4M3 [N, K], both K-contiguous, with
+// float32 scales on the device; float32 accumulation; C is f32, bf16 or f16, row stride N.
+// Needs K % 16 == 0 and 16-byte aligned rows of C; kUnsupported when cuBLASLt has no kernel.
+void gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
+              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device);
+
 // out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride
 // in_ld / out_ld); bias may be null; per_row selects bias[r] (convolutions) over bias[c].
 void bias_add_cast(const float* in, int64_t in_ld, const Tensor* bias, bool per_row, void* out,

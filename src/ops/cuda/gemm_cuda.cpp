@@ -197,6 +197,88 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
       "cublasLtMatmul");
 }
 
+void gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
+              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device) {
+  if (M == 0 || N == 0) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  LtContext& ctx = context(device);
+  const cudaDataType_t c_t = cuda_type(c_dtype);
+  cublasLtMatmulDesc_t desc = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul desc");
+  struct DescGuard {
+    cublasLtMatmulDesc_t d;
+    ~DescGuard() { cublasLtMatmulDescDestroy(d); }
+  } desc_guard{desc};
+  // Column-major view, D^T [N, M] = W [N, K] x X^T [K, M]: Hopper's FP8 kernels take only this
+  // "TN" form, both operands K-contiguous, which is how a linear layer stores them anyway.
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
+           "fp8 transa");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
+           "fp8 transb");
+  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer,
+                                          sizeof(outer)),
+           "fp8 weight scale mode");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer,
+                                          sizeof(outer)),
+           "fp8 activation scale mode");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                          sizeof(w_scale)),
+           "fp8 weight scale pointer");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                          sizeof(x_scale)),
+           "fp8 activation scale pointer");
+  const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
+  const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
+  const Layout lc(c_t, N, M, N, 1, 0);
+  const int64_t al_w = alignment_of(w_q), al_x = alignment_of(x_q), al_c = alignment_of(c);
+  AlgoKey key{};
+  // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
+  const int64_t vals[20] = {-1, M, N, K, static_cast<int64_t>(c_dtype), al_w, al_x, al_c, device};
+  std::memcpy(key.v, vals, sizeof(vals));
+  auto it = g_algos.find(key);
+  if (it == g_algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "fp8 preference");
+    struct PrefGuard {
+      cublasLtMatmulPreference_t p;
+      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } pref_guard{pref};
+    const uint64_t ws = kWorkspaceBytes;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws)),
+             "fp8 workspace preference");
+    const uint32_t a1 = static_cast<uint32_t>(al_w), a2 = static_cast<uint32_t>(al_x),
+                   a3 = static_cast<uint32_t>(al_c);
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                  &a1, 4),
+             "fp8 alignment A");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                  &a2, 4),
+             "fp8 alignment B");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                  &a3, 4),
+             "fp8 alignment C");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                  &a3, 4),
+             "fp8 alignment D");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l,
+                                                             lc.l, pref, 1, &result, &found);
+    H3_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported,
+             "cuBLASLt has no FP8 (E4M3, per-channel x per-token scales) kernel for M=", M,
+             " N=", N, " K=", K, " -> ", dtype_name(c_dtype), " on cuda:", device, " (status ",
+             static_cast<int>(st), "; FP8 GEMMs need compute capability 8.9 or newer)");
+    it = g_algos.emplace(key, result.algo).first;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
+                          &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
+           "cublasLtMatmul (fp8)");
+}
+
 // The dtype both GEMM operands are brought to: the shared half type when they agree, else f32
 // (widening is exact; no operand is ever rounded down).
 static DType compute_dtype(DType x, DType w) {

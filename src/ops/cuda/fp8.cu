@@ -1,0 +1,298 @@
+// FP8 (E4M3) quantization kernels and the FP8 linear layer on CUDA, with the semantics of
+// ops/fp8.h. Every scale is the IEEE float32 quotient amax / 448 and every element the IEEE
+// quotient x / scale rounded to nearest even, so a CUDA quantization is bit for bit the CPU's;
+// the GEMM then differs from the CPU oracle only by the order of float32 accumulation.
+#include <cuda_fp8.h>
+
+#include <climits>
+
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/cuda_internal.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/elementwise_util.cuh"
+#include "ops/cuda/fp8_cuda.h"
+
+namespace h3::ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// E4M3 of f exactly as core/dtype's f8e4m3_from_f32: NaN and magnitudes of 480 or more are NaN,
+// [448, 480) saturates to 448, everything else rounds to nearest even.
+__device__ __forceinline__ uint8_t to_e4m3(float f) {
+  const uint8_t sign = static_cast<uint8_t>((__float_as_uint(f) >> 24) & 0x80u);
+  const float a = fabsf(f);
+  if (isnan(f) || a >= 480.0f) return static_cast<uint8_t>(sign | 0x7fu);
+  return static_cast<uint8_t>(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float from_e4m3(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E4M3)));
+}
+
+// NaN wins, as the CPU's amax: one bad value poisons its group's scale.
+__device__ __forceinline__ float nan_max(float a, float b) {
+  return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+}
+
+__device__ __forceinline__ float scale_of(float amax) {
+  if (!isfinite(amax)) return __int_as_float(0x7fffffff);
+  return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+}
+
+// The block's NaN-propagating maximum of v (every thread gets it).
+__device__ float block_amax(float v) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float result;
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = partial[0];
+    for (int w = 1; w < kThreads / 32; ++w) m = nan_max(m, partial[w]);
+    result = m;
+  }
+  __syncthreads();
+  const float r = result;
+  __syncthreads();  // `partial` may be reused by a later call
+  return r;
+}
+
+// Records the smallest flat index of a non-finite weight (weights must be finite).
+__device__ __forceinline__ void note_bad(unsigned long long* bad, int64_t i, float v) {
+  if (bad && !isfinite(v)) atomicMin(bad, static_cast<unsigned long long>(i));
+}
+
+// One block per row of x [rows, k]: the row's scale (its own amax, or the tensor's when
+// `global_amax` is given), then its E4M3 values (q), their float32 value (fq), or both.
+__global__ void quantize_rows_kernel(const void* x, int xt, int64_t k, const unsigned* global_amax,
+                                     uint8_t* q, float* scale, float* fq, unsigned long long* bad) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * k;
+  float amax;
+  if (global_amax) {
+    amax = __uint_as_float(*global_amax);
+  } else {
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += kThreads) {
+      const float v = ld(x, xt, base + i);
+      note_bad(bad, base + i, v);
+      m = nan_max(m, fabsf(v));
+    }
+    amax = block_amax(m);
+  }
+  const float s = scale_of(amax);
+  if (scale && threadIdx.x == 0) scale[blockIdx.x] = s;
+  for (int64_t i = threadIdx.x; i < k; i += kThreads) {
+    const uint8_t e = to_e4m3(__fdiv_rn(ld(x, xt, base + i), s));
+    if (q) q[base + i] = e;
+    if (fq) fq[base + i] = isfinite(s) ? __fmul_rn(from_e4m3(e), s) : __int_as_float(0x7fffffff);
+  }
+}
+
+// amax over all of x into *out (float bits; |x| is non-negative, so its bits order as its
+// values, and a NaN's bits sort above infinity's: NaN wins here too). *out starts at 0.
+__global__ void amax_all_kernel(const void* x, int xt, int64_t n, unsigned* out) {
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads)
+    m = nan_max(m, fabsf(ld(x, xt, i)));
+  m = block_amax(m);
+  if (threadIdx.x == 0) atomicMax(out, isnan(m) ? 0x7fffffffu : __float_as_uint(m));
+}
+
+// One block per 128 x 128 block of w [n, k] (grid: k blocks x n blocks).
+__global__ void quantize_blocks_kernel(const void* w, int wt, int64_t n, int64_t k, uint8_t* q,
+                                       float* scale, unsigned long long* bad) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 128,
+                c0 = static_cast<int64_t>(blockIdx.x) * 128;
+  const int64_t rows = n - r0 < 128 ? n - r0 : 128, cols = k - c0 < 128 ? k - c0 : 128;
+  float m = 0.0f;
+  for (int64_t t = threadIdx.x; t < rows * cols; t += kThreads) {
+    const int64_t i = (r0 + t / cols) * k + c0 + t % cols;
+    const float v = ld(w, wt, i);
+    note_bad(bad, i, v);
+    m = nan_max(m, fabsf(v));
+  }
+  const float s = scale_of(block_amax(m));
+  if (threadIdx.x == 0) scale[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  for (int64_t t = threadIdx.x; t < rows * cols; t += kThreads) {
+    const int64_t i = (r0 + t / cols) * k + c0 + t % cols;
+    q[i] = to_e4m3(__fdiv_rn(ld(w, wt, i), s));
+  }
+}
+
+__global__ void dequantize_kernel(const uint8_t* q, const float* scale, int64_t n, int64_t k,
+                                  bool per_block, void* out, int ot) {
+  const int64_t kb = (k + 127) / 128;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n * k;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = i / k, c = i - r * k;
+    const float s = per_block ? scale[(r / 128) * kb + c / 128] : scale[r];
+    st(out, ot, i, __fmul_rn(from_e4m3(q[i]), s));
+  }
+}
+
+void require_float(const Tensor& t, const char* op, const char* name) {
+  H3_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
+           ErrorCode::kUnsupported, "ops::", op, ": ", name, " dtype ", dtype_name(t.dtype()),
+           " is not supported on CUDA (expected f32, bf16 or f16)");
+}
+
+// Quantizes the rows of x [rows, k] (contiguous, on the current device): per row, or with one
+// scale for the whole tensor (then `scale` still gets one entry per row, all the same, which is
+// what the GEMM's per-token scale vector wants).
+void quantize_rows(const Tensor& x, int64_t rows, int64_t k, Fp8ActScaling act, uint8_t* q,
+                   float* scale, float* fq) {
+  if (rows == 0) return;
+  H3_CHECK(rows <= 0x7fffffff, ErrorCode::kUnsupported, "ops::fp8: ", rows,
+           " rows exceed one launch");
+  Tensor amax;
+  if (act == Fp8ActScaling::kPerTensor) {
+    amax = Tensor::zeros({1}, DType::kI32, x.device());
+    amax_all_kernel<<<grid_for(rows * k, kThreads, 1024), kThreads, 0, current_stream()>>>(
+        x.raw(), dtype_code(x.dtype()), rows * k, static_cast<unsigned*>(amax.raw()));
+    check_launch("fp8 amax");
+  }
+  quantize_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
+      x.raw(), dtype_code(x.dtype()), k,
+      amax.defined() ? static_cast<unsigned*>(amax.raw()) : nullptr, q, scale, fq, nullptr);
+  check_launch("fp8 quantize rows");
+}
+
+}  // namespace
+
+bool linear_fp8_uses_tensor_cores(int64_t n, int64_t k, Fp8WeightScaling scaling) {
+  return scaling == Fp8WeightScaling::kPerChannel && k > 0 && k % 16 == 0 && n % 8 == 0;
+}
+
+Fp8Weight quantize_weight_fp8(const Tensor& w_in, Fp8WeightScaling scaling) {
+  require_cuda(w_in, "quantize_weight_fp8", "w");
+  require_float(w_in, "quantize_weight_fp8", "w");
+  H3_CHECK(w_in.dim() == 2, ErrorCode::kInvalidArgument,
+           "ops::quantize_weight_fp8: w must be a float [N, K] tensor, got ", w_in.desc());
+  set_device_of(w_in);
+  const Tensor w = contiguous(w_in);
+  const int64_t n = w.size(0), k = w.size(1), nb = (n + 127) / 128, kb = (k + 127) / 128;
+  Fp8Weight out;
+  out.scaling = scaling;
+  out.data = Tensor::empty({n, k}, DType::kF8E4M3, w.device());
+  out.scale = scaling == Fp8WeightScaling::kPerChannel
+                  ? Tensor::empty({n}, DType::kF32, w.device())
+                  : Tensor::empty({nb, kb}, DType::kF32, w.device());
+  if (n == 0) return out;
+  if (k == 0) {
+    // No values: every group's scale is 1, as on the CPU.
+    const std::vector<float> ones(static_cast<size_t>(out.scale.numel()), 1.0f);
+    cuda::copy_into(out.scale, Tensor::from_f32(ones, out.scale.shape()).to(w.device()));
+    return out;
+  }
+  // A non-finite weight would make its whole channel or block NaN: found on the device, refused
+  // here with its index (one 8-byte read-back; quantizing happens once, at load).
+  Tensor bad = Tensor::empty({1}, DType::kI64, w.device());
+  const unsigned long long none = ULLONG_MAX;
+  H3_CUDA_CHECK(
+      cudaMemcpyAsync(bad.raw(), &none, sizeof(none), cudaMemcpyHostToDevice, current_stream()));
+  auto* bad_ptr = static_cast<unsigned long long*>(bad.raw());
+  auto* q = static_cast<uint8_t*>(out.data.raw());
+  auto* s = static_cast<float*>(out.scale.raw());
+  if (scaling == Fp8WeightScaling::kPerChannel) {
+    H3_CHECK(n <= 0x7fffffff, ErrorCode::kUnsupported, "ops::quantize_weight_fp8: ", n,
+             " channels exceed one launch");
+    quantize_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, current_stream()>>>(
+        w.raw(), dtype_code(w.dtype()), k, nullptr, q, s, nullptr, bad_ptr);
+  } else {
+    H3_CHECK(nb <= 65535 && kb <= 0x7fffffff, ErrorCode::kUnsupported,
+             "ops::quantize_weight_fp8: ", shape_str(w.shape()),
+             " has too many 128-blocks for one launch");
+    quantize_blocks_kernel<<<dim3(static_cast<unsigned>(kb), static_cast<unsigned>(nb)), kThreads,
+                             0, current_stream()>>>(w.raw(), dtype_code(w.dtype()), n, k, q, s,
+                                                    bad_ptr);
+  }
+  check_launch("quantize_weight_fp8");
+  unsigned long long first = 0;
+  H3_CUDA_CHECK(
+      cudaMemcpyAsync(&first, bad.raw(), sizeof(first), cudaMemcpyDeviceToHost, current_stream()));
+  H3_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  H3_CHECK(first == none, ErrorCode::kInvalidArgument, "ops::quantize_weight_fp8: w ", w.desc(),
+           " holds a non-finite value at [", static_cast<int64_t>(first) / k, ", ",
+           static_cast<int64_t>(first) % k, "] (FP8 weights need finite values)");
+  return out;
+}
+
+Tensor dequantize_weight_fp8(const Fp8Weight& w, DType dtype) {
+  require_cuda(w.data, "dequantize_weight_fp8", "w.data");
+  require_cuda(w.scale, "dequantize_weight_fp8", "w.scale");
+  require_same_device(w.data, w.scale, "dequantize_weight_fp8");
+  H3_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+           ErrorCode::kUnsupported, "ops::dequantize_weight_fp8: output dtype ", dtype_name(dtype),
+           " on CUDA (expected f32, bf16 or f16)");
+  set_device_of(w.data);
+  const Tensor q = contiguous(w.data), s = contiguous(w.scale);
+  const int64_t n = q.size(0), k = q.size(1);
+  Tensor out = Tensor::empty({n, k}, dtype, q.device());
+  if (out.numel() == 0) return out;
+  dequantize_kernel<<<grid_for(n * k, kThreads), kThreads, 0, current_stream()>>>(
+      static_cast<const uint8_t*>(q.raw()), static_cast<const float*>(s.raw()), n, k,
+      w.scaling == Fp8WeightScaling::kPerBlock, out.raw(), dtype_code(dtype));
+  check_launch("dequantize_weight_fp8");
+  return out;
+}
+
+Tensor fake_quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
+  require_cuda(x_in, "fake_quantize_activation_fp8", "x");
+  require_float(x_in, "fake_quantize_activation_fp8", "x");
+  set_device_of(x_in);
+  const Tensor x = contiguous(x_in);
+  const int64_t k = x.size(-1), rows = k ? x.numel() / k : 0;
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
+  quantize_rows(x, rows, k, act, nullptr, nullptr, static_cast<float*>(out.raw()));
+  return out;
+}
+
+Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act) {
+  require_cuda(x_in, "linear_fp8", "x");
+  require_cuda(w.data, "linear_fp8", "w.data");
+  require_cuda(w.scale, "linear_fp8", "w.scale");
+  require_same_device(x_in, w.data, "linear_fp8");
+  require_same_device(x_in, w.scale, "linear_fp8");
+  require_float(x_in, "linear_fp8", "x");
+  if (bias) {
+    require_cuda(*bias, "linear_fp8", "bias");
+    require_same_device(x_in, *bias, "linear_fp8");
+  }
+  set_device_of(x_in);
+  const int64_t n = w.out_features(), k = w.in_features();
+  const int64_t m = k ? x_in.numel() / k : 0;
+  const DType out_t = x_in.dtype();
+  const bool aligned = reinterpret_cast<uintptr_t>(w.data.raw()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w.scale.raw()) % 16 == 0 &&
+                       w.data.is_contiguous();
+  if (!linear_fp8_uses_tensor_cores(n, k, w.scaling) || !aligned || m == 0) {
+    // The float32 GEMM over the dequantized operands: the CPU oracle's own arithmetic.
+    const Tensor xq = cuda::fake_quantize_activation_fp8(x_in, act);
+    const Tensor y = cuda::linear(xq, cuda::dequantize_weight_fp8(w, DType::kF32), bias);
+    return out_t == DType::kF32 ? y : cuda::cast(y, out_t);
+  }
+  const Tensor x = contiguous(x_in);
+  Tensor xq = Tensor::empty({m, k}, DType::kF8E4M3, x.device());
+  Tensor xs = Tensor::empty({m}, DType::kF32, x.device());
+  quantize_rows(x, m, k, act, static_cast<uint8_t*>(xq.raw()), static_cast<float*>(xs.raw()),
+                nullptr);
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
+  Tensor out = Tensor::empty(out_shape, out_t, x.device());
+  if (!bias) {
+    gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
+             static_cast<const float*>(w.scale.raw()), out.raw(), out_t, x.device().index);
+    return out;
+  }
+  // The bias joins in float32 before the one rounding to x's dtype, as on the CPU.
+  Tensor acc = Tensor::empty({m, n}, DType::kF32, x.device());
+  gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
+           static_cast<const float*>(w.scale.raw()), acc.raw(), DType::kF32, x.device().index);
+  bias_add_cast(static_cast<const float*>(acc.raw()), n, bias, false, out.raw(), out_t, n, m, n);
+  return out;
+}
+
+}  // namespace h3::ops::cuda

@@ -1,0 +1,22 @@
+// Builds without CUDA: the CUDA FP8 ops refuse clearly (a CUDA tensor cannot exist in such a
+// build).
+#include "core/status.h"
+#include "ops/cuda/fp8_cuda.h"
+
+namespace h3::ops::cuda {
+
+[[noreturn]] static void no_cuda(const char* op) {
+  fail(ErrorCode::kUnsupported, "ops::", op, ": this build of h3 has no CUDA support");
+}
+
+Fp8Weight quantize_weight_fp8(const Tensor&, Fp8WeightScaling) { no_cuda("quantize_weight_fp8"); }
+Tensor dequantize_weight_fp8(const Fp8Weight&, DType) { no_cuda("dequantize_weight_fp8"); }
+Tensor fake_quantize_activation_fp8(const Tensor&, Fp8ActScaling) {
+  no_cuda("fake_quantize_activation_fp8");
+}
+Tensor linear_fp8(const Tensor&, const Fp8Weight&, const Tensor*, Fp8ActScaling) {
+  no_cuda("linear_fp8");
+}
+bool linear_fp8_uses_tensor_cores(int64_t, int64_t, Fp8WeightScaling) { return false; }
+
+}  // namespace h3::ops::cuda
