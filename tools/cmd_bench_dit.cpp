@@ -61,6 +61,7 @@ void print_help() {
       "  --vsa-sparsity s    in [0, 1) (default 0.9: FastH3 with gates)\n"
       "  --vsa-tile E        64 or 256 (default 64); --no-gates: VSA without FastH3 gates\n"
       "  --precision P       bf16 (default) or f32\n"
+      "  --dit-dtype D       bf16 (default) or fp8: E4M3 projections, per-token activation scales\n"
       "  --lora-rank R       a random rank-R LoRA adapter on every block's q, k, v, out and FFN\n"
       "                      projections; --lora-mode runtime (default: the extra GEMM pair) or\n"
       "                      fused (folded in; the time to fold is reported)\n"
@@ -112,6 +113,11 @@ int run_bench_dit(const std::vector<std::string>& args) {
       o.vsa_tile_size = static_cast<int>(parse_int(f, value(), 1, 1024));
     } else if (f == "--no-gates") {
       o.gates = false;
+    } else if (f == "--dit-dtype") {
+      const std::string v = value();
+      H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
+               "--dit-dtype must be bf16 or fp8, got '", v, "'");
+      o.fp8 = v == "fp8";
     } else if (f == "--precision") {
       o.precision = dit::parse_precision(value());
     } else if (f == "--lora-rank") {
@@ -147,6 +153,7 @@ int run_bench_dit(const std::vector<std::string>& args) {
     j["device"] = o.device.str();
     j["attention"] = dit::attention_backend_name(o.attention);
     j["precision"] = dit::precision_name(o.precision);
+    j["dit_dtype"] = o.fp8 ? "fp8" : dit::precision_name(o.precision);
     j["blocks"] = o.blocks;
     j["hidden"] = o.hidden;
     j["heads"] = o.heads;

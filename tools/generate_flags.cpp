@@ -136,6 +136,11 @@ const char* generate_flags_help() {
          "  --device D               cpu or cuda[:N] (default cpu)\n"
          "  --attention A            dense or vsa (default: the preset's; vsa when a --vsa-* flag\n"
          "                           is given)\n"
+         "  --dit-dtype D            bf16 (default) or fp8: the DiT blocks' projections as E4M3\n"
+         "                           weights (per-channel scales, quantized at load) with "
+         "per-token\n"
+         "                           activation scales; opt-in, quality only judged on released "
+         "weights\n"
          "  --dit-rounding R         eager (every rounding of the eager reference) or fused "
          "(single-\n"
          "                           rounding kernels, the reference's optional fusions); default\n"
@@ -262,6 +267,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       f.repeat = parse_int(a, v, 1);
     } else if (a == "--device") {
       f.device_text = v;
+    } else if (a == "--dit-dtype") {
+      H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
+               "--dit-dtype must be bf16 or fp8, got '", v, "'");
+      eo.dit_fp8 = v == "fp8";
     } else if (a == "--dit-rounding") {
       H3_CHECK(v == "eager" || v == "fused", ErrorCode::kInvalidArgument,
                "--dit-rounding must be eager or fused, got '", v, "'");

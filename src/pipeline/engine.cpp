@@ -118,6 +118,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.vae_f16_gemm = vae_precision_of(options) == video_vae::VaePrecision::kF16Autocast;
   po.vsa_attention = options.attention == dit::DitAttentionBackend::kVsa;
   po.dit_fused_rounding = dit_rounding_of(options) == dit::DitRounding::kFused;
+  po.dit_fp8 = options.dit_fp8;
   plan_ = plan_memory(repo_, po);
   check_fits(plan_);
   H3_LOG_DEBUG("memory plan: ", describe(plan_));
@@ -175,6 +176,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.device = options_.device;
   dopt.precision = dit_precision_of(options_);
   dopt.rounding = dit_rounding_of(options_);
+  dopt.fp8 = options_.dit_fp8;
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
   // --cpu-offload streams every block; a plan that chose cpu-offload keeps as many blocks on the

@@ -60,6 +60,8 @@ struct EngineOptions {
   // reference's optional fusions, within its tolerance, and what `h3 bench dit` times); elsewhere
   // the eager reference's roundings, the bf16 emulation that measures the GPU's floor.
   std::optional<dit::DitRounding> dit_rounding;
+  // --dit-dtype fp8 (dit::DitOptions::fp8): FP8 GEMMs in the DiT blocks.
+  bool dit_fp8 = false;
   std::optional<video_vae::VaePrecision> vae_precision;
   // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
   // reference's policy) and float32 on the CPU (the oracle).

@@ -134,6 +134,7 @@ struct PlanOptions {
   // bf16 (float32 islands stay float32, h3_dit_spec.md §1.7), the conditioner in bf16 and the video
   // VAE decoder's GEMM operands in float16 (the reference's autocast); the CPU runs float32.
   bool dit_bf16 = false;
+  bool dit_fp8 = false;  // --dit-dtype fp8: the blocks' projections at one byte per value
   bool conditioner_bf16 = false;
   bool vae_f16_gemm = false;
   // The DiT forward's shape of working memory: the engine runs bf16 with eager rounding

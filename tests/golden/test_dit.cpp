@@ -22,18 +22,24 @@ namespace {
 
 constexpr double kF32Bound = 1e-5;       // TOLERANCES.md: CPU float32 engine vs float32 golden
 constexpr double kBf16SanityL2 = 5e-2;   // bf16 emulation: not a parity bound, a sanity check
+// FP8 emulation (--dit-dtype fp8 on the CPU) vs the float32 golden. Measured on the shared golden's
+// 6 cases x 2 outputs: rel_l2 9.2e-3 .. 1.17e-2, against 5.4e-3 .. 6.1e-3 for the bf16 emulation.
+// The bound is 3x the largest, the same margin TOLERANCES.md gives the GPU over its bf16 floor.
+constexpr double kFp8L2 = 3.5e-2;
 
 // One model per (partition, precision, rounding), loaded on first use.
 const dit::DitModel& model_for(const std::string& partition, dit::DitPrecision precision,
-                               dit::DitRounding rounding) {
+                               dit::DitRounding rounding, bool fp8 = false) {
   static std::map<std::string, std::unique_ptr<dit::DitModel>> cache;
   const std::string key = partition + "/" + dit::precision_name(precision) +
-                          (rounding == dit::DitRounding::kEager ? "/eager" : "/fused");
+                          (rounding == dit::DitRounding::kEager ? "/eager" : "/fused") +
+                          (fp8 ? "/fp8" : "");
   auto it = cache.find(key);
   if (it == cache.end()) {
     dit::DitOptions opt;
     opt.precision = precision;
     opt.rounding = rounding;
+    opt.fp8 = fp8;
     const std::string dir = test::Golden::get()->checkpoint_dir() + "/" + partition;
     it = cache.emplace(key, std::make_unique<dit::DitModel>(dit::DitModel::load(dir, opt))).first;
   }
@@ -189,6 +195,37 @@ void run_bf16(dit::DitRounding rounding, const char* label) {
 TEST(DitGolden, Bf16EmulationFloor) { run_bf16(dit::DitRounding::kEager, "bf16-eager"); }
 
 TEST(DitGolden, Bf16FusedRounding) { run_bf16(dit::DitRounding::kFused, "bf16-fused"); }
+
+// --dit-dtype fp8 on the CPU (the E4M3 emulation of ops/fp8.h) against the float32 golden, next
+// to the bf16 emulation it replaces: the FP8 output must differ from the bf16 one (the option
+// takes effect) and stay within kFp8L2 of the golden.
+TEST(DitGolden, Fp8EmulationAgainstBf16) {
+  H3_GOLDEN_CASES_OR_SKIP(all, "dit");
+  std::string skipped;
+  const std::vector<test::GoldenCase> cases = comparable(all, &skipped);
+  if (cases.empty()) GTEST_SKIP() << "no dit case applies to this checkpoint: " << skipped;
+  for (const test::GoldenCase& c : cases) {
+    SCOPED_TRACE(c.file);
+    const CaseData d = read_case(c);
+    const std::string part = test::dit_partition_of(c);
+    const dit::DitOutputs b =
+        model_for(part, dit::DitPrecision::kBF16, dit::DitRounding::kEager).forward(d.in, nullptr);
+    const dit::DitOutputs f =
+        model_for(part, dit::DitPrecision::kBF16, dit::DitRounding::kEager, /*fp8=*/true)
+            .forward(d.in, nullptr);
+    for (const char* name : {"out.sample", "out.audio_sample"}) {
+      const Tensor want = d.get(name);
+      const Tensor got_b = host(std::string(name) == "out.sample" ? b.video : b.audio);
+      const Tensor got_f = host(std::string(name) == "out.sample" ? f.video : f.audio);
+      const test::Metrics sb = test::compare(got_b, want);
+      const test::Metrics sf = test::compare(got_f, want);
+      std::printf("[dit fp8] %s %s: rel_l2 bf16 %.3e, fp8 %.3e\n", c.file.c_str(), name, sb.rel_l2,
+                  sf.rel_l2);
+      EXPECT_NE(test::compare(got_f, got_b).max_abs, 0.0) << name << ": fp8 changed nothing";
+      EXPECT_LE(sf.rel_l2, kFp8L2) << name;
+    }
+  }
+}
 
 // The step runner of the denoising loop (dit_graph.h) on the CPU: no graphs, and exactly
 // DitModel::forward (the CUDA side, where it replays graphs, is tests/gpu/test_cuda_graph_gpu.cpp).

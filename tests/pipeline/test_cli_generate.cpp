@@ -123,6 +123,29 @@ TEST(CliGenerate, TinyT2vaWritesMp4WithVideoAndAudio) {
 }
 #endif
 
+// --dit-dtype fp8 on the CPU runs the E4M3 emulation: the generation completes, says so in its
+// receipt, and gives another clip than the default DiT (the option takes effect end to end).
+TEST(CliGenerate, DitDtypeFp8RunsAndChangesTheClip) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = make_tiny(tmp.path());
+  const fs::path a = tmp.path() / "default.mp4", b = tmp.path() / "fp8.mp4";
+  const fs::path receipt = tmp.path() / "receipt.json";
+  const RunResult ra = run_h3(small_request(model, a));
+  ASSERT_EQ(ra.status, 0) << ra.output;
+  const RunResult rb = run_h3(small_request(model, b) + " --dit-dtype fp8 --receipt " +
+                              shell_quote(receipt.string()));
+  ASSERT_EQ(rb.status, 0) << rb.output;
+  std::ifstream in(receipt);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "\"dit_dtype\"") && contains(text, "\"fp8\"")) << text;
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  const std::string da((std::istreambuf_iterator<char>(fa)), std::istreambuf_iterator<char>());
+  const std::string db((std::istreambuf_iterator<char>(fb)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(da.empty());
+  EXPECT_NE(da, db) << "--dit-dtype fp8 gave the default clip's bytes";
+}
+
 // The default output path encodes each window's frames while the next window decodes; it must give
 // the very bytes of decoding everything first (--no-stream). 56 frames make several windows.
 TEST(CliGenerate, StreamedMp4EqualsWholeDecodeMp4) {
@@ -168,12 +191,13 @@ TEST(CliGenerate, BadRequestsFailBeforeWritingAnything) {
   };
   // Later flags override the small request's values.
   const Case cases[] = {
-      {" --height 50 --width 64", "50"},             // not a multiple of 32
-      {" --height 64 --width 0", "--width"},         // non-positive
-      {" --num-frames 0", "--num-frames"},           // below 1
-      {" --steps 1", "--steps"},                     // fewer than 2 grid points
-      {" --workflow fl2va", "keyframe"},            // fl2va without an image
+      {" --height 50 --width 64", "50"},      // not a multiple of 32
+      {" --height 64 --width 0", "--width"},  // non-positive
+      {" --num-frames 0", "--num-frames"},    // below 1
+      {" --steps 1", "--steps"},              // fewer than 2 grid points
+      {" --workflow fl2va", "keyframe"},      // fl2va without an image
       {" --frobnicate 1", "unknown option"},
+      {" --dit-dtype fp16", "--dit-dtype"},
   };
   for (const Case& c : cases) {
     const RunResult r = run_h3(small_request(model, out) + c.extra);

@@ -946,6 +946,29 @@ TEST_F(LoraDit, RuntimeLoraKeepsPairsBesideWeights) {
   expect_updated(m, before, {}, "runtime removed");
 }
 
+// --dit-dtype fp8: a fused adapter would rewrite E4M3 values in place, which the scales were not
+// computed for; it is refused before any tensor changes. Low-rank pairs at run time apply beside
+// the FP8 GEMM and change the output.
+TEST_F(LoraDit, Fp8WeightsTakeRuntimePairsAndRefuseFusing) {
+  const AdapterFile f = diffusers_adapter(61);
+  const LoraAdapter a = read_lora(f.write(path("fp8/lora.safetensors")), config_);
+  DitOptions o{Device::cpu(), DitPrecision::kBF16, DitRounding::kEager};
+  o.fp8 = true;
+  DitModel m = DitModel::load(model_dir_.string(), o);
+  ASSERT_EQ(m.weights().blocks[0].attn.to_q.dtype(), DType::kF8E4M3);
+  const Snapshot before = snapshot(m);
+  try {
+    m.apply_loras({{&a, 1.0f}}, LoraMode::kFused, false);
+    FAIL() << "expected kUnsupported for a fused adapter on FP8 weights";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("--lora-mode runtime"), std::string::npos) << e.what();
+  }
+  expect_updated(m, before, {}, "refused fused adapter changed nothing");
+  EXPECT_NO_THROW(m.apply_loras({{&a, 1.0f}}, LoraMode::kRuntime, true));
+  EXPECT_FALSE(find_pairs(m.weights(), a.updates.front().target)->empty());
+}
+
 // ---- 4. fused and run-time forwards agree
 // --------------------------------------------------------
 

@@ -97,6 +97,34 @@ TEST_F(MemoryPlanTest, ComponentsAreCountedAsTheyRun) {
   EXPECT_NEAR(static_cast<double>(q.find("vae")->full_bytes) / 1e9, 9.69, 0.05);
 }
 
+// --dit-dtype fp8: the blocks' seven projections count one byte per value, everything else of
+// the DiT (modulation, embedders, norms, the float32 islands) as before.
+TEST_F(MemoryPlanTest, Fp8DitCountsProjectionsAtOneByte) {
+  const io::Repository repo = io::Repository::open(released_);
+  const MemoryPlan bf16 = plan_memory(repo, cuda(140));
+  PlanOptions o = cuda(140);
+  o.dit_fp8 = true;
+  const MemoryPlan fp8 = plan_memory(repo, o);
+  uint64_t projections = 0;
+  const io::Checkpoint& ck = repo.checkpoint("transformer");
+  for (const std::string& name : ck.names()) {
+    for (const char* s : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight",
+                          ".attn.to_out.0.weight", ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
+      const std::string suffix = s;
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        projections += static_cast<uint64_t>(shape_numel(ck.info(name).shape));
+    }
+  }
+  const uint64_t b = bf16.find("transformer")->full_bytes, f = fp8.find("transformer")->full_bytes;
+  std::printf("DiT bf16 %.2f GiB, fp8 %.2f GiB (%.2f G projection values)\n", gib(b), gib(f),
+              static_cast<double>(projections) / 1e9);
+  EXPECT_GT(projections, 0u);
+  EXPECT_EQ(f, b - projections);
+  EXPECT_EQ(fp8.decision, PlanDecision::kResident) << fp8.reason;
+  EXPECT_LT(fp8.peak_bytes, bf16.peak_bytes);
+}
+
 TEST_F(MemoryPlanTest, VisionAndEncodersOnlyWhenTheWorkflowNeedsThem) {
   const io::Repository repo = io::Repository::open(released_);
   const MemoryPlan t2va = plan_memory(repo, cuda(140));

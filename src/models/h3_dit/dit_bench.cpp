@@ -11,6 +11,7 @@
 #include "core/cuda_stream.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 
 namespace h3::dit {
@@ -247,6 +248,7 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
   mo.device = dev;
   mo.precision = o.precision;
   mo.rounding = o.rounding;
+  mo.fp8 = o.fp8;
   mo.attention = o.attention;
   mo.vsa.tile_size = o.vsa_tile_size;
   mo.vsa.sparsity = o.vsa_sparsity;
@@ -265,13 +267,32 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
     DitWeights weights;
     for (int64_t i = 0; i < o.blocks; ++i) weights.blocks.push_back(random_block(c, gates, pool, act, dev));
     weights.has_vsa_gates = gates;
+    // Block 0 of the model, as it runs (FP8 values and scales with --dit-dtype fp8): the vector's
+    // buffer moves into the model with its elements in place.
     const DitBlockWeights& b0 = weights.blocks[0];
-    for (const Tensor* t : {&b0.norm1, &b0.norm2, &b0.attn.to_q, &b0.attn.to_k, &b0.attn.to_v,
-                            &b0.attn.norm_q, &b0.attn.norm_k, &b0.attn.to_out, &b0.attn.to_gate,
-                            &b0.ff.fc_in, &b0.ff.fc_out, &b0.adaln_w, &b0.adaln_b}) {
+    DitModel model = DitModel::from_weights(c, std::move(weights), mo);
+    for (const Tensor* t : {&b0.norm1,
+                            &b0.norm2,
+                            &b0.attn.to_q,
+                            &b0.attn.to_k,
+                            &b0.attn.to_v,
+                            &b0.attn.norm_q,
+                            &b0.attn.norm_k,
+                            &b0.attn.to_out,
+                            &b0.attn.to_gate,
+                            &b0.ff.fc_in,
+                            &b0.ff.fc_out,
+                            &b0.adaln_w,
+                            &b0.adaln_b,
+                            &b0.attn.to_q_scale,
+                            &b0.attn.to_k_scale,
+                            &b0.attn.to_v_scale,
+                            &b0.attn.to_out_scale,
+                            &b0.attn.to_gate_scale,
+                            &b0.ff.fc_in_scale,
+                            &b0.ff.fc_out_scale}) {
       r.weight_bytes += tensor_bytes(*t);
     }
-    DitModel model = DitModel::from_weights(c, std::move(weights), mo);
     if (vsa) r.sparsity = model.vsa_sparsity();
     LoraAdapter adapter;  // outlives the model's run-time pairs' use below
     if (o.lora_rank > 0) {
@@ -412,14 +433,20 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
     try {
       const Tensor o_in = pool.make({s, c.inner_dim()}, act, 1.0f, 0.0f, dev);
       const Tensor f_in = pool.make({s, c.ffn_dim}, act, 1.0f, 0.0f, dev);
+      // As the block runs them: FP8 weights quantize the activations per token on the fly.
+      auto lin = [](const Tensor& x, const Tensor& w, const Tensor& scale) {
+        if (w.dtype() != DType::kF8E4M3) return ops::linear(x, w);
+        return ops::linear_fp8(x, {w, scale, ops::Fp8WeightScaling::kPerChannel}, nullptr,
+                               ops::Fp8ActScaling::kPerToken);
+      };
       auto gemms = [&]() {
-        (void)ops::linear(x0, b0.attn.to_q);
-        (void)ops::linear(x0, b0.attn.to_k);
-        (void)ops::linear(x0, b0.attn.to_v);
-        if (gates) (void)ops::linear(x0, b0.attn.to_gate);
-        (void)ops::linear(o_in, b0.attn.to_out);
-        (void)ops::linear(x0, b0.ff.fc_in);
-        (void)ops::linear(f_in, b0.ff.fc_out);
+        (void)lin(x0, b0.attn.to_q, b0.attn.to_q_scale);
+        (void)lin(x0, b0.attn.to_k, b0.attn.to_k_scale);
+        (void)lin(x0, b0.attn.to_v, b0.attn.to_v_scale);
+        if (gates) (void)lin(x0, b0.attn.to_gate, b0.attn.to_gate_scale);
+        (void)lin(o_in, b0.attn.to_out, b0.attn.to_out_scale);
+        (void)lin(x0, b0.ff.fc_in, b0.ff.fc_in_scale);
+        (void)lin(f_in, b0.ff.fc_out, b0.ff.fc_out_scale);
       };
       for (int i = 0; i < o.warmup; ++i) gemms();
       r.gemm_ms = 1e300;

@@ -32,6 +32,7 @@ struct DitBenchOptions {
   int64_t ffn = 14336;
   DitPrecision precision = DitPrecision::kBF16;
   DitRounding rounding = DitRounding::kFused;
+  bool fp8 = false;  // --dit-dtype fp8: the blocks' projections as FP8 GEMMs (DitOptions::fp8)
   // > 0: a random LoRA adapter of this rank on every block's attention and FFN projections
   // (q, k, v, out, fc_in, fc_out), applied with lora_mode before timing (dit_lora.h).
   int64_t lora_rank = 0;

@@ -728,6 +728,10 @@ void DitModel::apply_loras(const std::vector<ScaledLora>& adapters, LoraMode mod
   // Checks before the first tensor changes.
   for (const std::string& name : order) {
     const Planned& p = plan.at(name);
+    H3_CHECK(p.fused.empty() || !p.ref.tensor->defined() || p.ref.tensor->dtype() != DType::kF8E4M3,
+             ErrorCode::kUnsupported, p.first->file, ": rewrites '", name,
+             "', an FP8 (E4M3) weight (--dit-dtype fp8); low-rank adapters apply to FP8 weights ",
+             "with --lora-mode runtime, other kinds need --dit-dtype bf16");
     if (p.ref.tensor->defined()) continue;
     // Only gates can be absent: created by a set_weight, which must come first.
     H3_CHECK(!p.fused.empty() && p.fused.front().first->kind == LoraUpdateKind::kSet,

@@ -8,6 +8,7 @@
 #include "core/nvtx.h"
 #include "core/status.h"
 #include "models/h3_dit/dit_tables.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 
 namespace h3::dit {
@@ -15,11 +16,23 @@ namespace {
 
 // x W^T (+ b) plus the run-time LoRA pairs of W (dit_lora.h): the adapter's two thin GEMMs beside
 // the weight's, so that the weights themselves stay as loaded.
-Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
-                   const Tensor* bias = nullptr) {
-  Tensor y = ops::linear(x, w, bias);
+Tensor add_lora(const Tensor& x, Tensor y, const RuntimeLora& lora) {
   for (const LowRankPair& p : lora) y = ops::linear_residual(ops::linear(x, p.down), p.up, y);
   return y;
+}
+
+Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
+                   const Tensor* bias = nullptr) {
+  return add_lora(x, ops::linear(x, w, bias), lora);
+}
+
+// A block projection: an FP8 weight (E4M3 with its per-channel `scale`, DitOptions::fp8) runs
+// the FP8 GEMM with the activations quantized per token; any other weight, the plain linear.
+Tensor block_linear(const Tensor& x, const Tensor& w, const Tensor& scale,
+                    const RuntimeLora& lora) {
+  if (w.dtype() != DType::kF8E4M3) return lora_linear(x, w, lora);
+  const ops::Fp8Weight q{w, scale, ops::Fp8WeightScaling::kPerChannel};
+  return add_lora(x, ops::linear_fp8(x, q, nullptr, ops::Fp8ActScaling::kPerToken), lora);
 }
 
 // Drops a leading batch dimension of 1 (H3 always runs batch 1, §2.1).
@@ -66,6 +79,10 @@ int64_t resolve_resident_blocks(const DitOptions& o, int64_t num_layers) {
   }
   // Streaming goes from host memory to a CUDA device; on the CPU it would be a silent no-op,
   // which hides a wrong command line or plan, so it is refused.
+  H3_CHECK(!o.fp8 || n == num_layers, ErrorCode::kUnsupported,
+           "--dit-dtype fp8 keeps every DiT block resident; streaming FP8 blocks from host memory ",
+           "(--cpu-offload, or a plan that streams ", num_layers - n, " of ", num_layers,
+           " blocks) is not implemented");
   if (o.cpu_offload || n < num_layers) {
     H3_CHECK(o.device.is_cuda(), ErrorCode::kUnsupported,
              o.cpu_offload
@@ -116,6 +133,7 @@ DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint
   const bool streams = m.resident_blocks_ < config.num_layers;
   m.weights_ =
       load_dit_weights(config, ckpt, {options.device, m.act_, streams ? m.resident_blocks_ : -1});
+  if (options.fp8) quantize_block_linears_fp8(m.weights_);
   m.init_common();
   return m;
 }
@@ -132,6 +150,7 @@ DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
            ErrorCode::kInvalidArgument, "DiT weights have ", weights.blocks.size(),
            " blocks, the config has ", config.num_layers);
   m.weights_ = std::move(weights);
+  if (options.fp8) quantize_block_linears_fp8(m.weights_);
   if (m.resident_blocks_ < config.num_layers) {
     pin_blocks(m.weights_.blocks, m.act_, static_cast<size_t>(m.resident_blocks_));
   }
@@ -241,11 +260,11 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
-  Tensor q =
-      ops::rms_norm(lora_linear(a, w.to_q, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
-  Tensor k =
-      ops::rms_norm(lora_linear(a, w.to_k, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
-  const Tensor v = lora_linear(a, w.to_v, w.to_v_lora).view({s, heads, hd});
+  Tensor q = ops::rms_norm(block_linear(a, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd}),
+                           &w.norm_q, eps);
+  Tensor k = ops::rms_norm(block_linear(a, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd}),
+                           &w.norm_k, eps);
+  const Tensor v = block_linear(a, w.to_v, w.to_v_scale, w.to_v_lora).view({s, heads, hd});
   if (rope) {
     q = apply_rope(q, *rope);
     k = apply_rope(k, *rope);
@@ -255,7 +274,8 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     // §5.6: the gate reads the same modulated input as q/k/v; no bias, no activation. It runs
     // whenever the checkpoint has gates, at every sparsity.
     Tensor g;
-    if (w.to_gate.defined()) g = lora_linear(a, w.to_gate, w.to_gate_lora).view({s, heads, hd});
+    if (w.to_gate.defined())
+      g = block_linear(a, w.to_gate, w.to_gate_scale, w.to_gate_lora).view({s, heads, hd});
     ops::VsaOptions vo;
     vo.sparsity = vsa_sparsity;
     vo.mode = options_.vsa.mode;
@@ -265,12 +285,12 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
     o = ops::attention(q, k, v, p);
   }
-  return lora_linear(o.reshape({s, heads * hd}), w.to_out, w.to_out_lora);
+  return block_linear(o.reshape({s, heads * hd}), w.to_out, w.to_out_scale, w.to_out_lora);
 }
 
 // SwiGLU with the fused projection split [value | gate] (§2.11).
 Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const {
-  const Tensor u = lora_linear(b, w.fc_in, w.fc_in_lora);
+  const Tensor u = block_linear(b, w.fc_in, w.fc_in_scale, w.fc_in_lora);
   Tensor h;
   if (eager_bf16()) {
     // h = bf16(value * bf16(silu(gate))): two roundings.
@@ -279,7 +299,7 @@ Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) c
   } else {
     h = ops::swiglu(u);
   }
-  return lora_linear(h, w.fc_out, w.fc_out_lora);
+  return block_linear(h, w.fc_out, w.fc_out_scale, w.fc_out_lora);
 }
 
 // x * (1 + scale[idx]) + shift[idx] (§2.9 step 2).

@@ -81,6 +81,11 @@ struct DitOptions {
   // for every value. Streaming needs a CUDA device: on the CPU the weights already live in host
   // memory, and asking for it is refused (kUnsupported) rather than ignored.
   std::optional<int64_t> resident_blocks{};
+  // --dit-dtype fp8 (issue #15): the blocks' attention and feed-forward projections run as FP8
+  // (E4M3) GEMMs, weights quantized once at load with per-output-channel scales, activations per
+  // token as each layer runs (ops/fp8.h; on the CPU the same rounding, emulated). Every block
+  // stays resident: streaming FP8 blocks is refused for now.
+  bool fp8 = false;
 };
 
 // The number of main blocks that stay on the device under `options` for a model of `num_layers`

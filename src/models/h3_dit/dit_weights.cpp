@@ -6,6 +6,7 @@
 #include "core/layer_stream.h"
 #include "core/status.h"
 #include "io/device_loader.h"
+#include "ops/fp8.h"
 
 namespace h3::dit {
 namespace {
@@ -54,6 +55,33 @@ std::vector<Tensor*> block_tensor_list(DitBlockWeights& b) {
                             &b.ff.fc_in,  &b.ff.fc_out,   &b.adaln_w,     &b.adaln_b};
   if (b.attn.to_gate.defined()) v.push_back(&b.attn.to_gate);
   return v;
+}
+
+namespace {
+
+uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f) {
+  const std::pair<Tensor*, Tensor*> linears[] = {
+      {&a.to_q, &a.to_q_scale},     {&a.to_k, &a.to_k_scale},       {&a.to_v, &a.to_v_scale},
+      {&a.to_out, &a.to_out_scale}, {&a.to_gate, &a.to_gate_scale}, {&f.fc_in, &f.fc_in_scale},
+      {&f.fc_out, &f.fc_out_scale}};
+  uint64_t bytes = 0;
+  for (auto [w, scale] : linears) {
+    if (!w->defined() || w->dtype() == DType::kF8E4M3) continue;
+    ops::Fp8Weight q = ops::quantize_weight_fp8(*w, ops::Fp8WeightScaling::kPerChannel);
+    *w = std::move(q.data);  // the float weight goes here, before the next one is quantized
+    *scale = std::move(q.scale);
+    bytes += w->nbytes() + scale->nbytes();
+  }
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t quantize_block_linears_fp8(DitWeights& w) {
+  uint64_t bytes = 0;
+  for (DitBlockWeights& b : w.blocks) bytes += quantize_attention_fp8(b.attn, b.ff);
+  for (DitRefinerBlockWeights& b : w.refiner) bytes += quantize_attention_fp8(b.attn, b.ff);
+  return bytes;
 }
 
 void pin_blocks(std::vector<DitBlockWeights>& blocks, DType dtype, size_t first) {

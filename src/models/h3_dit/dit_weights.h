@@ -30,12 +30,16 @@ struct DitAttentionWeights {
   // FastH3 compression gate `attn.to_gate_compress` [inner, hidden] (§5.6); undefined for the base
   // checkpoint and always for the refiner.
   Tensor to_gate;
+  // With FP8 weights (DitOptions::fp8) the five projections above hold E4M3 values and these
+  // their per-output-channel float32 scales [out] (ops/fp8.h); undefined otherwise.
+  Tensor to_q_scale, to_k_scale, to_v_scale, to_out_scale, to_gate_scale;
   RuntimeLora to_q_lora, to_k_lora, to_v_lora, to_out_lora, to_gate_lora;
 };
 
 struct DitFeedForwardWeights {
   Tensor fc_in;   // ff.net.0.proj [2*ffn, hidden], rows [value | gate] (§1.3)
   Tensor fc_out;  // ff.net.2 [hidden, ffn]
+  Tensor fc_in_scale, fc_out_scale;  // FP8 weights' per-channel scales, as in the attention's
   RuntimeLora fc_in_lora, fc_out_lora;
 };
 
@@ -85,6 +89,12 @@ struct DitTensorRef {
   Shape shape;  // what the config implies
 };
 DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& config, const std::string& name);
+
+// --dit-dtype fp8: the attention and feed-forward projections of every main and refiner block
+// become E4M3 with per-output-channel scales, quantized where they live, one tensor at a time, so
+// that no second full copy of the weights exists. The modulation, embedders, heads and norms
+// keep their dtype. Returns the bytes the weights take afterwards (values and scales).
+uint64_t quantize_block_linears_fp8(DitWeights& w);
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
 // islands (kBF16 as the release stores them, or kF32 to widen them exactly); the islands are always
