@@ -96,6 +96,41 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
+// cuBLASLt's first heuristic choice for a GEMM, asked once per key and cached (the caller holds
+// g_mutex). Null when it has none; `status` then says why.
+const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasLtMatmulDesc_t desc,
+                                     const Layout& la, const Layout& lb, const Layout& lc,
+                                     int64_t al_a, int64_t al_b, int64_t al_c, cublasStatus_t* status) {
+  auto it = g_algos.find(key);
+  if (it != g_algos.end()) return &it->second;
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } pref_guard{pref};
+  const uint64_t ws = kWorkspaceBytes;
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                sizeof(ws)),
+           "workspace preference");
+  const uint32_t a1 = static_cast<uint32_t>(al_a), a2 = static_cast<uint32_t>(al_b),
+                 a3 = static_cast<uint32_t>(al_c);
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, 4),
+           "alignment A");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, 4),
+           "alignment B");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, 4),
+           "alignment C");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, 4),
+           "alignment D");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  *status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l, lc.l, pref, 1, &result,
+                                           &found);
+  if (*status != CUBLAS_STATUS_SUCCESS || found == 0) return nullptr;
+  return &g_algos.emplace(key, result.algo).first->second;
+}
+
 }  // namespace
 
 void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOperand& b, void* c,
@@ -158,42 +193,15 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
                             device,
                             c_in != nullptr ? 1 + alignment_of(c_in) : 0};
   std::memcpy(key.v, vals, sizeof(vals));
-  auto it = g_algos.find(key);
-  if (it == g_algos.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    struct PrefGuard {
-      cublasLtMatmulPreference_t p;
-      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
-    } pref_guard{pref};
-    const uint64_t ws = kWorkspaceBytes;
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                  sizeof(ws)),
-             "workspace preference");
-    const uint32_t a1 = static_cast<uint32_t>(al_a), a2 = static_cast<uint32_t>(al_b),
-                   a3 = static_cast<uint32_t>(al_c);
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, 4),
-             "alignment A");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, 4),
-             "alignment B");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, 4),
-             "alignment C");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, 4),
-             "alignment D");
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l, lc.l,
-                                                             pref, 1, &result, &found);
-    H3_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported,
-             "cuBLASLt has no algorithm for a GEMM of M=", M, " N=", N, " K=", K, " (",
-             dtype_name(a.dtype), " -> ", dtype_name(c_dtype), ", batch ", batch, ", status ",
-             static_cast<int>(st), ")");
-    it = g_algos.emplace(key, result.algo).first;
-  }
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const cublasLtMatmulAlgo_t* algo = algo_for(key, ctx, desc, la, lb, lc, al_a, al_b, al_c, &st);
+  H3_CHECK(algo != nullptr, ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a GEMM of M=", M,
+           " N=", N, " K=", K, " (", dtype_name(a.dtype), " -> ", dtype_name(c_dtype), ", batch ",
+           batch, ", status ", static_cast<int>(st), ")");
   const float alpha = 1.0f, beta = c_in ? 1.0f : 0.0f;
   check_lt(
       cublasLtMatmul(ctx.handle, desc, &alpha, b.ptr, la.l, a.ptr, lb.l, &beta, c_in ? c_in : c,
-                     lc.l, c, lc.l, &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
+                     lc.l, c, lc.l, algo, ctx.workspace, kWorkspaceBytes, current_stream()),
       "cublasLtMatmul");
 }
 
@@ -237,45 +245,15 @@ void gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_s
   // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
   const int64_t vals[20] = {-1, M, N, K, static_cast<int64_t>(c_dtype), al_w, al_x, al_c, device};
   std::memcpy(key.v, vals, sizeof(vals));
-  auto it = g_algos.find(key);
-  if (it == g_algos.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "fp8 preference");
-    struct PrefGuard {
-      cublasLtMatmulPreference_t p;
-      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
-    } pref_guard{pref};
-    const uint64_t ws = kWorkspaceBytes;
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof(ws)),
-             "fp8 workspace preference");
-    const uint32_t a1 = static_cast<uint32_t>(al_w), a2 = static_cast<uint32_t>(al_x),
-                   a3 = static_cast<uint32_t>(al_c);
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                  &a1, 4),
-             "fp8 alignment A");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                  &a2, 4),
-             "fp8 alignment B");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                  &a3, 4),
-             "fp8 alignment C");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                  &a3, 4),
-             "fp8 alignment D");
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l,
-                                                             lc.l, pref, 1, &result, &found);
-    H3_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported,
-             "cuBLASLt has no FP8 (E4M3, per-channel x per-token scales) kernel for M=", M,
-             " N=", N, " K=", K, " -> ", dtype_name(c_dtype), " on cuda:", device, " (status ",
-             static_cast<int>(st), "; FP8 GEMMs need compute capability 8.9 or newer)");
-    it = g_algos.emplace(key, result.algo).first;
-  }
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const cublasLtMatmulAlgo_t* algo = algo_for(key, ctx, desc, la, lb, lc, al_w, al_x, al_c, &st);
+  H3_CHECK(algo != nullptr, ErrorCode::kUnsupported,
+           "cuBLASLt has no FP8 (E4M3, per-channel x per-token scales) kernel for M=", M, " N=", N,
+           " K=", K, " -> ", dtype_name(c_dtype), " on cuda:", device, " (status ",
+           static_cast<int>(st), "; FP8 GEMMs need compute capability 8.9 or newer)");
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
-                          &it->second, ctx.workspace, kWorkspaceBytes, current_stream()),
+                          algo, ctx.workspace, kWorkspaceBytes, current_stream()),
            "cublasLtMatmul (fp8)");
 }
 
