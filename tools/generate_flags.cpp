@@ -141,6 +141,8 @@ const char* generate_flags_help() {
          "per-token\n"
          "                           activation scales; opt-in, quality only judged on released "
          "weights\n"
+         "  --text-encoder-dtype D   bf16 (default) or fp8: the conditioner's decoder projections\n"
+         "                           the same way (its embeddings and vision tower unchanged)\n"
          "  --dit-rounding R         eager (every rounding of the eager reference) or fused "
          "(single-\n"
          "                           rounding kernels, the reference's optional fusions); default\n"
@@ -271,6 +273,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
                "--dit-dtype must be bf16 or fp8, got '", v, "'");
       eo.dit_fp8 = v == "fp8";
+    } else if (a == "--text-encoder-dtype") {
+      H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
+               "--text-encoder-dtype must be bf16 or fp8, got '", v, "'");
+      eo.text_encoder_fp8 = v == "fp8";
     } else if (a == "--dit-rounding") {
       H3_CHECK(v == "eager" || v == "fused", ErrorCode::kInvalidArgument,
                "--dit-rounding must be eager or fused, got '", v, "'");

@@ -30,7 +30,8 @@ void print_usage() {
       "usage: h3 info --plan MODEL [--device-memory SIZE] [--host-memory SIZE] [--device D]\n"
       "                 [--workflow t2va|fl2va|ref2va] [--height H --width W] [--num-frames F]\n"
       "                 [--text-tokens N] [--sequential-load | --no-sequential-load]\n"
-      "                 [--cpu-offload] [--unified-memory] [--json]\n\n"
+      "                 [--cpu-offload] [--unified-memory] [--dit-dtype bf16|fp8]\n"
+      "                 [--text-encoder-dtype bf16|fp8] [--json]\n\n"
       "Plans where each component of MODEL lives for one request, as `h3 generate` would, from\n"
       "the checkpoint headers alone: the weights as they run (the tensors loaded, in their run\n"
       "dtypes), each stage's working memory, and the decision: resident, stream-conditioner,\n"
@@ -40,6 +41,7 @@ void print_usage() {
       "  --host-memory SIZE    host memory available for pinning (default: this machine's)\n"
       "  --device D            cpu or cuda[:N] (default: cuda:0 when planning for a GPU)\n"
       "  --unified-memory      the device shares the host's memory (GB10 and the like)\n"
+      "  --dit-dtype, --text-encoder-dtype  fp8: the projections at one byte (as h3 generate)\n"
       "  --json                print only the plan as JSON\n"
       "Request defaults: t2va, 1344x768, 124 frames (fl2va: 192), 300 text tokens.\n");
 }
@@ -211,6 +213,10 @@ int run_info_plan(const std::vector<std::string>& args) {
       num_frames = parse_count(a, v);
     } else if (a == "--text-tokens") {
       r.text_tokens = parse_count(a, v);
+    } else if (a == "--dit-dtype" || a == "--text-encoder-dtype") {
+      H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument, a,
+               " must be bf16 or fp8, got '", v, "'");
+      (a == "--dit-dtype" ? po.dit_fp8 : po.conditioner_fp8) = v == "fp8";
     } else {
       fail(ErrorCode::kInvalidArgument, "unknown option '", a,
            "' for h3 info --plan (see h3 info --plan --help)");

@@ -184,4 +184,17 @@ Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8Ac
   return x.dtype() == DType::kF32 ? y : y.to(x.dtype());
 }
 
+void quantize_projection_fp8(Tensor& w, Tensor& scale) {
+  if (!w.defined() || w.dtype() == DType::kF8E4M3) return;
+  Fp8Weight q = quantize_weight_fp8(w, Fp8WeightScaling::kPerChannel);
+  w = std::move(q.data);
+  scale = std::move(q.scale);
+}
+
+Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
+                         const Tensor* bias) {
+  if (w.dtype() != DType::kF8E4M3) return linear(x, w, bias);
+  return linear_fp8(x, {w, scale, Fp8WeightScaling::kPerChannel}, bias, Fp8ActScaling::kPerToken);
+}
+
 }  // namespace h3::ops

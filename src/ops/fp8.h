@@ -69,4 +69,14 @@ Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
 // y = x W^T + b with W in FP8 and x quantized on the fly: x [..., K] float, bias [N] or null.
 Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act);
 
+// A model's projection weight that may have been quantized at load (--dit-dtype fp8,
+// --text-encoder-dtype fp8): `w` is then E4M3 [N, K] and `scale` its per-channel scales [N].
+// Replaces a float w by its E4M3 values and fills `scale`, where w lives; the float tensor is
+// released here (when nothing else holds it), before the caller quantizes the next one.
+void quantize_projection_fp8(Tensor& w, Tensor& scale);
+// x W^T (+ bias): the FP8 GEMM with activations quantized per token for an E4M3 w, else
+// ops::linear.
+Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
+                         const Tensor* bias = nullptr);
+
 }  // namespace h3::ops

@@ -119,6 +119,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.vsa_attention = options.attention == dit::DitAttentionBackend::kVsa;
   po.dit_fused_rounding = dit_rounding_of(options) == dit::DitRounding::kFused;
   po.dit_fp8 = options.dit_fp8;
+  po.conditioner_fp8 = options.text_encoder_fp8;
   plan_ = plan_memory(repo_, po);
   check_fits(plan_);
   H3_LOG_DEBUG("memory plan: ", describe(plan_));
@@ -158,6 +159,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc, bool with_vision) {
   qwen3_vl::Qwen3VlLoadOptions copt;
   copt.stream_layers = options_.stream_conditioner || plan_.conditioner_streamed;
   copt.vision = with_vision;
+  copt.fp8 = options_.text_encoder_fp8;
   l.conditioner = qwen3_vl::Qwen3VlModel::load(repo_.component("text_encoder").folder,
                                                conditioner_dtype_of(options_), options_.device, copt);
   meter.done(options_.device);

@@ -62,6 +62,8 @@ struct EngineOptions {
   std::optional<dit::DitRounding> dit_rounding;
   // --dit-dtype fp8 (dit::DitOptions::fp8): FP8 GEMMs in the DiT blocks.
   bool dit_fp8 = false;
+  // --text-encoder-dtype fp8 (qwen3_vl::Qwen3VlLoadOptions::fp8): FP8 GEMMs in the conditioner.
+  bool text_encoder_fp8 = false;
   std::optional<video_vae::VaePrecision> vae_precision;
   // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
   // reference's policy) and float32 on the CPU (the oracle).

@@ -375,6 +375,7 @@ void Generation::prepare() {
   rc.set("attention", dit::attention_backend_name(g.engine.options().attention));
   rc.set("dit_rounding", g.engine.dit_rounding() == dit::DitRounding::kFused ? "fused" : "eager");
   if (g.engine.options().dit_fp8) rc.set("dit_dtype", "fp8");
+  if (g.engine.options().text_encoder_fp8) rc.set("text_encoder_dtype", "fp8");
   g.done = 1;
 }
 

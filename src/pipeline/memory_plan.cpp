@@ -471,6 +471,14 @@ struct Counted {
   }
 };
 
+bool ends_with_any(const std::string& t, std::initializer_list<const char*> suffixes) {
+  for (const char* s : suffixes) {
+    const size_t n = std::char_traits<char>::length(s);
+    if (t.size() > n && t.compare(t.size() - n, n, s) == 0) return true;
+  }
+  return false;
+}
+
 Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_free) {
   const PlanRequest& r = o.request;
   Counted c;
@@ -496,6 +504,15 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
                        if (layer >= 0) {
                          if (layer >= tap) return 0;
                          *unit = layer;
+                         // FP8 projections: one byte per value (scales, 4 bytes per row of
+                         // 5,120 or more values, left to the headroom as for the DiT).
+                         if (o.conditioner_fp8 &&
+                             ends_with_any(t,
+                                           {".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
+                                            ".self_attn.v_proj.weight", ".self_attn.o_proj.weight",
+                                            ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
+                                            ".mlp.down_proj.weight"}))
+                           return 1;
                          return cond_es;
                        }
                        if (need.vision && starts_with(t, "model.visual.") &&
@@ -505,15 +522,12 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
                      });
   // The projections --dit-dtype fp8 quantizes (dit::quantize_block_linears_fp8).
   auto is_block_projection = [](const std::string& t) {
-    if (!starts_with(t, "transformer_blocks.") && !starts_with(t, "token_refiner.refiner_blocks."))
-      return false;
-    for (const char* s :
-         {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
-          ".attn.to_gate_compress.weight", ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
-      const size_t n = std::char_traits<char>::length(s);
-      if (t.size() > n && t.compare(t.size() - n, n, s) == 0) return true;
-    }
-    return false;
+    return (starts_with(t, "transformer_blocks.") ||
+            starts_with(t, "token_refiner.refiner_blocks.")) &&
+           ends_with_any(
+               t, {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight",
+                   ".attn.to_out.0.weight", ".attn.to_gate_compress.weight",
+                   ".ff.net.0.proj.weight", ".ff.net.2.weight", ".adaln_proj.linear.weight"});
   };
   // DiT (dit_weights.cpp): fp32 islands in float32, the rest in the model dtype; the main blocks
   // (transformer_blocks.N) are what offload streams.
@@ -621,7 +635,9 @@ std::vector<PlanAlternative> alternatives_of(const Counted& c, const PlanOptions
   const bool pinning = !plan.unified_memory;  // pinning frees nothing when both share one pool
   add(PlanDecision::kResident, !go_sequential && !forced_offload,
       together(c.cond.run() + c.dit.run() + c.vaes()), 0, blocks);
-  add(PlanDecision::kStreamConditioner, !go_sequential && !forced_offload && pinning,
+  // FP8 layers and blocks stay resident (their streaming is not implemented).
+  add(PlanDecision::kStreamConditioner,
+      !go_sequential && !forced_offload && pinning && !o.conditioner_fp8,
       together(c.cond_streamed() + c.dit.run() + c.vaes()), c.cond.units_total(), blocks);
   // cpu-offload keeps as many blocks as fit beside everything else (at most all but one: all of
   // them is stream-conditioner); with --cpu-offload every block streams, as the flag always did.
@@ -632,7 +648,8 @@ std::vector<PlanAlternative> alternatives_of(const Counted& c, const PlanOptions
   if (!forced_offload && fixed_peak < plan.device_free && block > 0)
     k = std::min<int64_t>(static_cast<int64_t>((plan.device_free - fixed_peak) / block),
                           blocks - 1);
-  add(PlanDecision::kCpuOffload, !go_sequential && pinning && blocks > 0,
+  add(PlanDecision::kCpuOffload,
+      !go_sequential && pinning && blocks > 0 && !o.conditioner_fp8 && !o.dit_fp8,
       together(base + c.dit_offloaded(k)), c.cond.units_total() + c.dit_pinned(k), k);
   // Sequential: the conditioner alone, then the DiT and the VAEs (every DiT block streamed when
   // --cpu-offload is given).
@@ -710,6 +727,7 @@ std::string explain(const MemoryPlan& plan, const Counted& c, const PlanOptions&
             (o.sequential == SequentialLoad::kAuto || a.decision != PlanDecision::kResident))
           return "excluded: unified memory";
         if (o.cpu_offload) return "excluded by --cpu-offload";
+        if (o.dit_fp8 || o.conditioner_fp8) return "excluded: FP8 weights stay resident";
         return "excluded: the DiT has no blocks";
       };
       std::string needs;

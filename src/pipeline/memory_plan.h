@@ -135,6 +135,7 @@ struct PlanOptions {
   // VAE decoder's GEMM operands in float16 (the reference's autocast); the CPU runs float32.
   bool dit_bf16 = false;
   bool dit_fp8 = false;  // --dit-dtype fp8: the blocks' projections at one byte per value
+  bool conditioner_fp8 = false;  // --text-encoder-dtype fp8: the decoder layers' projections too
   bool conditioner_bf16 = false;
   bool vae_f16_gemm = false;
   // The DiT forward's shape of working memory: the engine runs bf16 with eager rounding

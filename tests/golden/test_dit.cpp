@@ -22,10 +22,11 @@ namespace {
 
 constexpr double kF32Bound = 1e-5;       // TOLERANCES.md: CPU float32 engine vs float32 golden
 constexpr double kBf16SanityL2 = 5e-2;   // bf16 emulation: not a parity bound, a sanity check
-// FP8 emulation (--dit-dtype fp8 on the CPU) vs the float32 golden. Measured on the shared golden's
-// 6 cases x 2 outputs: rel_l2 9.2e-3 .. 1.17e-2, against 5.4e-3 .. 6.1e-3 for the bf16 emulation.
-// The bound is 3x the largest, the same margin TOLERANCES.md gives the GPU over its bf16 floor.
-constexpr double kFp8L2 = 3.5e-2;
+// FP8 emulation (--dit-dtype fp8 on the CPU: projections and AdaLN in E4M3) vs the float32 golden.
+// Measured on the shared golden's 6 cases x 2 outputs: rel_l2 9.7e-3 .. 1.37e-2, against
+// 5.4e-3 .. 6.1e-3 for the bf16 emulation. The bound is 3x the largest, the margin TOLERANCES.md
+// gives the GPU over its bf16 floor.
+constexpr double kFp8L2 = 4.1e-2;
 
 // One model per (partition, precision, rounding), loaded on first use.
 const dit::DitModel& model_for(const std::string& partition, dit::DitPrecision precision,

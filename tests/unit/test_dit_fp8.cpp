@@ -57,7 +57,7 @@ void expect_quantized(const Tensor& q, const Tensor& scale, const Tensor& w,
   }
 }
 
-TEST_F(DitFp8Test, BlockProjectionsBecomeE4M3AndNothingElse) {
+TEST_F(DitFp8Test, BlockProjectionsAndAdalnBecomeE4M3AndNothingElse) {
   const dit::DitModel base = load(false);
   const dit::DitModel m = load(true);
   const dit::DitWeights &a = base.weights(), &b = m.weights();
@@ -77,7 +77,10 @@ TEST_F(DitFp8Test, BlockProjectionsBecomeE4M3AndNothingElse) {
   for (size_t i = 0; i < b.blocks.size(); ++i) {
     check(a.blocks[i].attn, b.blocks[i].attn, a.blocks[i].ff, b.blocks[i].ff,
           "block " + std::to_string(i));
-    EXPECT_EQ(b.blocks[i].adaln_w.dtype(), DType::kBF16);  // the modulation stays as it is
+    expect_quantized(b.blocks[i].adaln_w, b.blocks[i].adaln_scale, a.blocks[i].adaln_w,
+                     "block " + std::to_string(i) + " adaln");
+    EXPECT_EQ(b.blocks[i].adaln_b.dtype(), a.blocks[i].adaln_b.dtype());
+    EXPECT_EQ(b.blocks[i].norm1.dtype(), a.blocks[i].norm1.dtype());
   }
   for (size_t i = 0; i < b.refiner.size(); ++i)
     check(a.refiner[i].attn, b.refiner[i].attn, a.refiner[i].ff, b.refiner[i].ff,

@@ -97,8 +97,8 @@ TEST_F(MemoryPlanTest, ComponentsAreCountedAsTheyRun) {
   EXPECT_NEAR(static_cast<double>(q.find("vae")->full_bytes) / 1e9, 9.69, 0.05);
 }
 
-// --dit-dtype fp8: the blocks' seven projections count one byte per value, everything else of
-// the DiT (modulation, embedders, norms, the float32 islands) as before.
+// --dit-dtype fp8: the blocks' seven projections and AdaLN weights count one byte per value,
+// everything else of the DiT (embedders, biases, norms, the float32 islands) as before.
 TEST_F(MemoryPlanTest, Fp8DitCountsProjectionsAtOneByte) {
   const io::Repository repo = io::Repository::open(released_);
   const MemoryPlan bf16 = plan_memory(repo, cuda(140));
@@ -108,8 +108,9 @@ TEST_F(MemoryPlanTest, Fp8DitCountsProjectionsAtOneByte) {
   uint64_t projections = 0;
   const io::Checkpoint& ck = repo.checkpoint("transformer");
   for (const std::string& name : ck.names()) {
-    for (const char* s : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight",
-                          ".attn.to_out.0.weight", ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
+    for (const char* s :
+         {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
+          ".ff.net.0.proj.weight", ".ff.net.2.weight", ".adaln_proj.linear.weight"}) {
       const std::string suffix = s;
       if (name.size() > suffix.size() &&
           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -123,6 +124,27 @@ TEST_F(MemoryPlanTest, Fp8DitCountsProjectionsAtOneByte) {
   EXPECT_EQ(f, b - projections);
   EXPECT_EQ(fp8.decision, PlanDecision::kResident) << fp8.reason;
   EXPECT_LT(fp8.peak_bytes, bf16.peak_bytes);
+}
+
+// Issue #15: with the DiT and the conditioner in FP8 the released model is resident on an 80 GiB
+// card (in bf16 it is not); FP8 weights never stream, so the plan does not offer it.
+TEST_F(MemoryPlanTest, Fp8ReleasedModelIsResidentAt80GiB) {
+  const io::Repository repo = io::Repository::open(released_);
+  const MemoryPlan bf16 = plan_memory(repo, cuda(80));
+  print(bf16);
+  EXPECT_NE(bf16.decision, PlanDecision::kResident);
+  PlanOptions o = cuda(80);
+  o.dit_fp8 = true;
+  o.conditioner_fp8 = true;
+  const MemoryPlan fp8 = plan_memory(repo, o);
+  print(fp8);
+  std::printf("conditioner %.2f GiB, DiT %.2f GiB, peak %.2f GiB\n",
+              gib(fp8.find("conditioner")->full_bytes), gib(fp8.find("transformer")->full_bytes),
+              gib(fp8.peak_bytes));
+  EXPECT_EQ(fp8.decision, PlanDecision::kResident) << fp8.reason;
+  EXPECT_LE(fp8.peak_bytes, 80 * kGiB);
+  EXPECT_FALSE(fp8.conditioner_streamed);
+  EXPECT_FALSE(fp8.cpu_offload);
 }
 
 TEST_F(MemoryPlanTest, VisionAndEncodersOnlyWhenTheWorkflowNeedsThem) {

@@ -290,7 +290,8 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
                             &b0.attn.to_out_scale,
                             &b0.attn.to_gate_scale,
                             &b0.ff.fc_in_scale,
-                            &b0.ff.fc_out_scale}) {
+                            &b0.ff.fc_out_scale,
+                            &b0.adaln_scale}) {
       r.weight_bytes += tensor_bytes(*t);
     }
     if (vsa) r.sparsity = model.vsa_sparsity();
@@ -435,9 +436,7 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
       const Tensor f_in = pool.make({s, c.ffn_dim}, act, 1.0f, 0.0f, dev);
       // As the block runs them: FP8 weights quantize the activations per token on the fly.
       auto lin = [](const Tensor& x, const Tensor& w, const Tensor& scale) {
-        if (w.dtype() != DType::kF8E4M3) return ops::linear(x, w);
-        return ops::linear_fp8(x, {w, scale, ops::Fp8WeightScaling::kPerChannel}, nullptr,
-                               ops::Fp8ActScaling::kPerToken);
+        return ops::linear_projection(x, w, scale);
       };
       auto gemms = [&]() {
         (void)lin(x0, b0.attn.to_q, b0.attn.to_q_scale);

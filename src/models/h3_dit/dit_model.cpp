@@ -453,7 +453,9 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   const float eps = static_cast<float>(config_.norm_eps);
   // §2.7: [N_u, 18D] -> [N_u*3, 6D] (row u*3 + modality) -> six [N_u*3, D] tables.
   const Tensor m =
-      lora_linear(temb_act, b.adaln_w, b.adaln_lora, &b.adaln_b).view({n_u * 3, 6 * d});
+      add_lora(temb_act, ops::linear_projection(temb_act, b.adaln_w, b.adaln_scale, &b.adaln_b),
+               b.adaln_lora)
+          .view({n_u * 3, 6 * d});
   const Tensor shift_msa = chunk(m, 0, d), scale_msa = chunk(m, 1, d), gate_msa = chunk(m, 2, d);
   const Tensor shift_mlp = chunk(m, 3, d), scale_mlp = chunk(m, 4, d), gate_mlp = chunk(m, 5, d);
   double sparsity = -1.0;

@@ -66,11 +66,8 @@ uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f
       {&f.fc_out, &f.fc_out_scale}};
   uint64_t bytes = 0;
   for (auto [w, scale] : linears) {
-    if (!w->defined() || w->dtype() == DType::kF8E4M3) continue;
-    ops::Fp8Weight q = ops::quantize_weight_fp8(*w, ops::Fp8WeightScaling::kPerChannel);
-    *w = std::move(q.data);  // the float weight goes here, before the next one is quantized
-    *scale = std::move(q.scale);
-    bytes += w->nbytes() + scale->nbytes();
+    ops::quantize_projection_fp8(*w, *scale);
+    if (w->defined()) bytes += w->nbytes() + (scale->defined() ? scale->nbytes() : 0);
   }
   return bytes;
 }
@@ -79,7 +76,11 @@ uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f
 
 uint64_t quantize_block_linears_fp8(DitWeights& w) {
   uint64_t bytes = 0;
-  for (DitBlockWeights& b : w.blocks) bytes += quantize_attention_fp8(b.attn, b.ff);
+  for (DitBlockWeights& b : w.blocks) {
+    bytes += quantize_attention_fp8(b.attn, b.ff);
+    ops::quantize_projection_fp8(b.adaln_w, b.adaln_scale);
+    if (b.adaln_scale.defined()) bytes += b.adaln_w.nbytes() + b.adaln_scale.nbytes();
+  }
   for (DitRefinerBlockWeights& b : w.refiner) bytes += quantize_attention_fp8(b.attn, b.ff);
   return bytes;
 }

@@ -54,6 +54,7 @@ struct DitBlockWeights {
   DitAttentionWeights attn;
   DitFeedForwardWeights ff;
   Tensor adaln_w;  // [18*hidden, time_embed_dim], rows (modality, chunk, channel)
+  Tensor adaln_scale;  // per-channel scales of an FP8 adaln_w (DitOptions::fp8), else undefined
   Tensor adaln_b;  // [18*hidden]
   RuntimeLora adaln_lora;
 };
@@ -90,10 +91,11 @@ struct DitTensorRef {
 };
 DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& config, const std::string& name);
 
-// --dit-dtype fp8: the attention and feed-forward projections of every main and refiner block
-// become E4M3 with per-output-channel scales, quantized where they live, one tensor at a time, so
-// that no second full copy of the weights exists. The modulation, embedders, heads and norms
-// keep their dtype. Returns the bytes the weights take afterwards (values and scales).
+// --dit-dtype fp8: the attention and feed-forward projections of every main and refiner block and
+// the main blocks' AdaLN projections (40 % of the released DiT's parameters) become E4M3 with
+// per-output-channel scales, quantized where they live, one tensor at a time, so that no second
+// full copy of the weights exists. The embedders, heads, norms and the modulation arithmetic keep
+// their dtype. Returns the bytes the quantized weights take (values and scales).
 uint64_t quantize_block_linears_fp8(DitWeights& w);
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32

@@ -7,6 +7,7 @@
 #include "core/layer_stream.h"
 #include "core/status.h"
 #include "io/device_loader.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 
 namespace h3::qwen3_vl {
@@ -36,6 +37,10 @@ Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Sh
 // Streaming goes from host memory to a CUDA device; on the CPU it would be a silent no-op, which
 // hides a wrong command line or plan, so it is refused.
 void check_stream_device(const Qwen3VlLoadOptions& options, Device device) {
+  H3_CHECK(
+      !options.fp8 || !options.stream_layers, ErrorCode::kUnsupported,
+      "--text-encoder-dtype fp8 keeps the conditioner's decoder layers resident; streaming FP8 "
+      "layers from host memory (stream_conditioner) is not implemented");
   H3_CHECK(!options.stream_layers || device.is_cuda(), ErrorCode::kUnsupported,
            "Qwen3-VL option stream_layers (stream_conditioner) needs a CUDA device to stream "
            "decoder layers from pinned host memory; the model runs on ",
@@ -130,6 +135,19 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
     m.layers_.push_back(std::move(w));
   }
   batch.clear();
+  if (options.fp8) {
+    // One tensor at a time: each float projection is released before the next is quantized.
+    for (DecoderLayerWeights& w : m.layers_) {
+      for (auto [proj, scale] : {std::pair{&w.q_proj, &w.q_scale},
+                                 {&w.k_proj, &w.k_scale},
+                                 {&w.v_proj, &w.v_scale},
+                                 {&w.o_proj, &w.o_scale},
+                                 {&w.gate_proj, &w.gate_scale},
+                                 {&w.up_proj, &w.up_scale},
+                                 {&w.down_proj, &w.down_scale}})
+        ops::quantize_projection_fp8(*proj, *scale);
+    }
+  }
   if (options.stream_layers && !m.layers_.empty()) {
     std::vector<std::vector<Tensor*>> lists;
     for (DecoderLayerWeights& w : m.layers_) lists.push_back(layer_tensor_list(w));
@@ -157,8 +175,10 @@ void Qwen3VlModel::load_vision(const std::string& dir) {
 uint64_t Qwen3VlModel::layer_bytes(bool on_device) const {
   uint64_t n = 0;
   for (const auto& w : layers_) {
-    for (const Tensor* t : {&w.input_norm, &w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.q_norm,
-                            &w.k_norm, &w.post_norm, &w.gate_proj, &w.up_proj, &w.down_proj}) {
+    for (const Tensor* t :
+         {&w.input_norm, &w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.q_norm, &w.k_norm,
+          &w.post_norm, &w.gate_proj, &w.up_proj, &w.down_proj, &w.q_scale, &w.k_scale, &w.v_scale,
+          &w.o_scale, &w.gate_scale, &w.up_scale, &w.down_scale}) {
       if (t->defined() && t->device().is_cuda() == on_device) n += t->nbytes();
     }
   }
@@ -301,16 +321,21 @@ Tensor Qwen3VlModel::forward(const Tensor& embeds, const Tensor& position_ids,
     }
     const DecoderLayerWeights& w = stream_ ? streamed : layers_[static_cast<size_t>(layer)];
     const Tensor h = ops::rms_norm(x, &w.input_norm, eps);
-    const Tensor q = ops::qk_norm_rope(ops::linear(h, w.q_proj).view({len, hq, hd}), &w.q_norm, eps,
-                                       cos, sin, rot);
-    const Tensor k = ops::qk_norm_rope(ops::linear(h, w.k_proj).view({len, hkv, hd}), &w.k_norm,
-                                       eps, cos, sin, rot);
-    const Tensor v = ops::linear(h, w.v_proj).view({len, hkv, hd});
+    // ops::linear_projection: FP8 weights (Qwen3VlLoadOptions::fp8) run the FP8 GEMM.
+    const Tensor q =
+        ops::qk_norm_rope(ops::linear_projection(h, w.q_proj, w.q_scale).view({len, hq, hd}),
+                          &w.q_norm, eps, cos, sin, rot);
+    const Tensor k =
+        ops::qk_norm_rope(ops::linear_projection(h, w.k_proj, w.k_scale).view({len, hkv, hd}),
+                          &w.k_norm, eps, cos, sin, rot);
+    const Tensor v = ops::linear_projection(h, w.v_proj, w.v_scale).view({len, hkv, hd});
     const Tensor a = ops::attention(q, k, v, ap).reshape({len, hq * hd});
-    x = ops::add(x, ops::linear(a, w.o_proj));
+    x = ops::add(x, ops::linear_projection(a, w.o_proj, w.o_scale));
     const Tensor h2 = ops::rms_norm(x, &w.post_norm, eps);
-    const Tensor g = ops::silu(ops::linear(h2, w.gate_proj));
-    x = ops::add(x, ops::linear(ops::mul(g, ops::linear(h2, w.up_proj)), w.down_proj));
+    const Tensor g = ops::silu(ops::linear_projection(h2, w.gate_proj, w.gate_scale));
+    x = ops::add(
+        x, ops::linear_projection(ops::mul(g, ops::linear_projection(h2, w.up_proj, w.up_scale)),
+                                  w.down_proj, w.down_scale));
     // hidden_states[i] is the decoder layer's own output, recorded before the DeepStack add (as
     // the reference captures layer outputs); the add is applied to a copy so the record stays.
     if (hidden_states) hidden_states->push_back(x);

@@ -35,6 +35,9 @@ struct DecoderLayerWeights {
   Tensor q_norm, k_norm;                  // [head_dim]
   Tensor post_norm;                       // [hidden]
   Tensor gate_proj, up_proj, down_proj;
+  // With FP8 weights (Qwen3VlLoadOptions::fp8) the seven projections hold E4M3 values and these
+  // their per-output-channel float32 scales (ops/fp8.h); undefined otherwise.
+  Tensor q_scale, k_scale, v_scale, o_scale, gate_scale, up_scale, down_scale;
 };
 
 // The tensors of one decoder layer in a fixed order: the layout of a streamed layer in its pinned
@@ -51,6 +54,10 @@ struct Qwen3VlLoadOptions {
   // The vision tower (about 1.1 GiB at the released size) is read only for prompts with images
   // or videos (fl2va, ref2va); a text-only model refuses visual inputs with a clear error.
   bool vision = true;
+  // --text-encoder-dtype fp8 (issue #15): the decoder layers' seven projections quantized once at
+  // load to E4M3 with per-output-channel scales, run as FP8 GEMMs with activations quantized per
+  // token; embeddings, norms, attention and the vision tower unchanged. Not with stream_layers.
+  bool fp8 = false;
 };
 
 class Qwen3VlModel {

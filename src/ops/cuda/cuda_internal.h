@@ -29,8 +29,9 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 // Row-major C[M, N] = x_scale[m] * w_scale[n] * sum_k x_q[m, k] w_q[n, k] on the FP8 tensor cores
 // (cuBLASLt, outer-vector scales): x_q E4M3 [M, K] and w_q E4M3 [N, K], both K-contiguous, with
 // float32 scales on the device; float32 accumulation; C is f32, bf16 or f16, row stride N.
-// Needs K % 16 == 0 and 16-byte aligned rows of C; kUnsupported when cuBLASLt has no kernel.
-void gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
+// Needs K % 16 == 0 and 16-byte aligned rows of C. Returns false, computing nothing, when
+// cuBLASLt has no kernel for the shape (the caller then takes another path).
+bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
               const void* w_q, const float* w_scale, void* c, DType c_dtype, int device);
 
 // out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride

@@ -268,12 +268,14 @@ Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp
   const bool aligned = reinterpret_cast<uintptr_t>(w.data.raw()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(w.scale.raw()) % 16 == 0 &&
                        w.data.is_contiguous();
-  if (!linear_fp8_uses_tensor_cores(n, k, w.scaling) || !aligned || m == 0) {
-    // The float32 GEMM over the dequantized operands: the CPU oracle's own arithmetic.
+  // The float32 GEMM over the dequantized operands: the CPU oracle's own arithmetic, for what the
+  // FP8 tensor cores do not take (and, should cuBLASLt have no FP8 kernel for a shape, that too).
+  auto dequantized = [&]() {
     const Tensor xq = cuda::fake_quantize_activation_fp8(x_in, act);
     const Tensor y = cuda::linear(xq, cuda::dequantize_weight_fp8(w, DType::kF32), bias);
     return out_t == DType::kF32 ? y : cuda::cast(y, out_t);
-  }
+  };
+  if (!linear_fp8_uses_tensor_cores(n, k, w.scaling) || !aligned || m == 0) return dequantized();
   const Tensor x = contiguous(x_in);
   Tensor xq = Tensor::empty({m, k}, DType::kF8E4M3, x.device());
   Tensor xs = Tensor::empty({m}, DType::kF32, x.device());
@@ -283,14 +285,16 @@ Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp
   out_shape.back() = n;
   Tensor out = Tensor::empty(out_shape, out_t, x.device());
   if (!bias) {
-    gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
-             static_cast<const float*>(w.scale.raw()), out.raw(), out_t, x.device().index);
+    if (!gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
+                  static_cast<const float*>(w.scale.raw()), out.raw(), out_t, x.device().index))
+      return dequantized();
     return out;
   }
   // The bias joins in float32 before the one rounding to x's dtype, as on the CPU.
   Tensor acc = Tensor::empty({m, n}, DType::kF32, x.device());
-  gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
-           static_cast<const float*>(w.scale.raw()), acc.raw(), DType::kF32, x.device().index);
+  if (!gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
+                static_cast<const float*>(w.scale.raw()), acc.raw(), DType::kF32, x.device().index))
+    return dequantized();
   bias_add_cast(static_cast<const float*>(acc.raw()), n, bias, false, out.raw(), out_t, n, m, n);
   return out;
 }
