@@ -205,6 +205,7 @@ TEST(DitGolden, Fp8EmulationAgainstBf16) {
   std::string skipped;
   const std::vector<test::GoldenCase> cases = comparable(all, &skipped);
   if (cases.empty()) GTEST_SKIP() << "no dit case applies to this checkpoint: " << skipped;
+  int compared = 0;
   for (const test::GoldenCase& c : cases) {
     SCOPED_TRACE(c.file);
     const CaseData d = read_case(c);
@@ -215,9 +216,14 @@ TEST(DitGolden, Fp8EmulationAgainstBf16) {
         model_for(part, dit::DitPrecision::kBF16, dit::DitRounding::kEager, /*fp8=*/true)
             .forward(d.in, nullptr);
     for (const char* name : {"out.sample", "out.audio_sample"}) {
+      // A case may store one output only (another golden folder): compare what it has.
+      const Tensor& ours_b = std::string(name) == "out.sample" ? b.video : b.audio;
+      const Tensor& ours_f = std::string(name) == "out.sample" ? f.video : f.audio;
+      if (!d.has(name) || !ours_b.defined()) continue;
+      ++compared;
       const Tensor want = d.get(name);
-      const Tensor got_b = host(std::string(name) == "out.sample" ? b.video : b.audio);
-      const Tensor got_f = host(std::string(name) == "out.sample" ? f.video : f.audio);
+      const Tensor got_b = host(ours_b);
+      const Tensor got_f = host(ours_f);
       const test::Metrics sb = test::compare(got_b, want);
       const test::Metrics sf = test::compare(got_f, want);
       std::printf("[dit fp8] %s %s: rel_l2 bf16 %.3e, fp8 %.3e\n", c.file.c_str(), name, sb.rel_l2,
@@ -226,6 +232,7 @@ TEST(DitGolden, Fp8EmulationAgainstBf16) {
       EXPECT_LE(sf.rel_l2, kFp8L2) << name;
     }
   }
+  EXPECT_GT(compared, 0) << "no case stores out.sample or out.audio_sample";
 }
 
 // The step runner of the denoising loop (dit_graph.h) on the CPU: no graphs, and exactly
