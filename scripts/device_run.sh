@@ -14,7 +14,12 @@
 #   6. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
 #      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
 #      fine kernel.
-# H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora").
+#   7. "fp8": the Fp8 backend-ops cases (unless "tests" runs), `h3 bench fp8` (each layer with
+#      its activation quantization and the GEMM alone), and `h3 bench dit` in bf16 and FP8: the
+#      FastH3 block (VSA 0.9, tile 64, gates) and the dense one (H3_FP8_DENSE=0 leaves it out).
+# H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
+# "fp8"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
+# per --dit-dtype.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
@@ -97,13 +102,15 @@ if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
     note "page cache: conditioner + transformer read in $((SECONDS - start)) s"
   fi
   # H3_E2E_FASTH3=0 leaves the FastH3 runs out (a dense-only call).
+  for dt in ${H3_E2E_DIT_DTYPES:-bf16}; do
   for e in ${H3_E2E_ENVS:-none}; do
     [ "${H3_E2E_FASTH3:-1}" = 0 ] && break
     tag=${e//[^A-Za-z0-9]/_}
+    [ "$dt" != bf16 ] && tag=${tag}_$dt
     envs=(); [ "$e" != none ] && envs=(${e//,/ })
     env "${envs[@]}" "$bin/h3" bench e2e --model "$model" --device cuda --preset fasth3 --repeat 2 \
-      --json >"$out/e2e_fasth3_$tag.json" 2>"$out/e2e_fasth3_$tag.log"
-    note "e2e fasth3 ($e): rc=$?"
+      --dit-dtype "$dt" --json >"$out/e2e_fasth3_$tag.json" 2>"$out/e2e_fasth3_$tag.log"
+    note "e2e fasth3 ($e, --dit-dtype $dt): rc=$?"
     python3 - "$out/e2e_fasth3_$tag.json" <<'PY' | tee -a "$summary"
 import json, sys
 try:
@@ -125,6 +132,7 @@ for g in runs:
         cg.get("state"), cg.get("captures"), cg.get("capture_ms", 0.0), cg.get("replays")))
 PY
   done
+  done
   rows=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['packed_rows'])" "$out/e2e_fasth3_none.json" 2>/dev/null || echo 0)
   text=$((rows - 414 - 37296))
   if [ "$text" -gt 0 ]; then
@@ -142,6 +150,19 @@ g=json.load(open(sys.argv[1]))[0]
 print('  dense: %d forwards, denoise %.0f ms = %.2f s per forward, %.2f ms/block' % (g['dit_forwards'], g['stages']['denoise'], g['stages']['denoise']/g['dit_forwards']/1000, g['ms_per_block']))
 " "$out/e2e_dense.json" 2>&1 | tee -a "$summary"
   fi
+fi
+if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
+  [[ " $steps " == *" tests "* ]] || run ops_fp8 120 "$bin/h3_backend_ops" --gtest_filter='*Fp8*'
+  run bench_fp8 240 "$bin/h3" bench fp8
+  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four)" "$out/bench_fp8.log" | tee -a "$summary"
+  for dt in bf16 fp8; do
+    run dit_fasth3_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa \
+      --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt
+    grep -E "ms per block|mean|block" "$out/dit_fasth3_$dt.log" | head -4 | sed "s/^/fasth3 $dt: /" | tee -a "$summary"
+    [ "${H3_FP8_DENSE:-1}" = 0 ] && continue
+    run dit_dense_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --dit-dtype $dt
+    grep -E "ms per block|mean|block" "$out/dit_dense_$dt.log" | head -4 | sed "s/^/dense $dt: /" | tee -a "$summary"
+  done
 fi
 # LoRA at the released width ("lora"): the per-block cost of a rank-64 run-time adapter on q, k,
 # v, out and the FFN against the same blocks without one, and the time to fuse it (8 blocks; the

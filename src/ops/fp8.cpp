@@ -184,6 +184,43 @@ Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8Ac
   return x.dtype() == DType::kF32 ? y : y.to(x.dtype());
 }
 
+Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
+  H3_CHECK(x.defined() && dtype_is_float(x.dtype()) && x.dtype() != DType::kF8E4M3 && x.dim() >= 1,
+           ErrorCode::kInvalidArgument, "ops::quantize_activation_fp8: x ",
+           x.defined() ? x.desc() : std::string("<undefined>"), ": expected a float x [..., K]");
+  if (x.device().is_cuda()) return cuda::quantize_activation_fp8(x, act);
+  // Rows from the leading dimensions, so that K = 0 keeps them (the output is then the bias).
+  const int64_t k = x.size(-1);
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  Fp8Activation out;
+  out.data = fake_quantize_activation_fp8(x, act).reshape({rows, k});
+  out.shape = x.shape();
+  out.dtype = x.dtype();
+  return out;
+}
+
+Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias) {
+  check_fp8_weight(w, "ops::linear_fp8");
+  H3_CHECK(x.defined() && x.data.dim() == 2 && x.data.size(1) == w.in_features(),
+           ErrorCode::kInvalidArgument, "ops::linear_fp8: quantized x ",
+           x.defined() ? x.data.desc() : std::string("<undefined>"), " and FP8 w ", w.data.desc(),
+           ": expected x [M, K] and w [N, K]");
+  H3_CHECK(!bias || (bias->defined() && bias->dim() == 1 && bias->size(0) == w.out_features()),
+           ErrorCode::kInvalidArgument, "ops::linear_fp8: bias must be [", w.out_features(),
+           "], got ", bias && bias->defined() ? bias->desc() : std::string("<undefined>"));
+  if (x.data.device().is_cuda()) return cuda::linear_fp8(x, w, bias);
+  require_cpu("linear_fp8", w.data);
+  require_cpu("linear_fp8", w.scale);
+  if (bias) require_cpu("linear_fp8", *bias);
+  const Tensor wd = dequantize_weight_fp8(w, DType::kF32);
+  const Tensor bf = bias ? bias->to(DType::kF32) : Tensor();
+  Shape out_shape = x.shape;
+  out_shape.back() = w.out_features();
+  const Tensor y = linear(x.data, wd, bias ? &bf : nullptr).reshape(out_shape);
+  return x.dtype == DType::kF32 ? y : y.to(x.dtype);
+}
+
 void quantize_projection_fp8(Tensor& w, Tensor& scale) {
   if (!w.defined() || w.dtype() == DType::kF8E4M3) return;
   Fp8Weight q = quantize_weight_fp8(w, Fp8WeightScaling::kPerChannel);
@@ -195,6 +232,13 @@ Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
                          const Tensor* bias) {
   if (w.dtype() != DType::kF8E4M3) return linear(x, w, bias);
   return linear_fp8(x, {w, scale, Fp8WeightScaling::kPerChannel}, bias, Fp8ActScaling::kPerToken);
+}
+
+Tensor linear_projection(const Tensor& x, Fp8Activation& xq, const Tensor& w, const Tensor& scale,
+                         const Tensor* bias) {
+  if (w.dtype() != DType::kF8E4M3) return linear(x, w, bias);
+  if (!xq.defined()) xq = quantize_activation_fp8(x, Fp8ActScaling::kPerToken);
+  return linear_fp8(xq, {w, scale, Fp8WeightScaling::kPerChannel}, bias);
 }
 
 }  // namespace h3::ops

@@ -69,6 +69,21 @@ Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
 // y = x W^T + b with W in FP8 and x quantized on the fly: x [..., K] float, bias [N] or null.
 Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act);
 
+// An activation quantized once for every GEMM that reads it: a DiT block's q, k, v and gate
+// projections read the same modulated rows, and quantizing them once instead of four times
+// saves three passes over the largest activation of the block. The values are those
+// fake_quantize_activation_fp8 gives; linear_fp8 over it equals linear_fp8 over the float x.
+struct Fp8Activation {
+  Tensor data;   // CUDA: E4M3 [M, K]; CPU: the fake-quantized values, float32 [M, K]
+  Tensor scale;  // CUDA: F32 [M], one per row (per-tensor scaling repeats it); CPU: undefined
+  Shape shape;   // x's shape: the outputs' but for the last dimension
+  DType dtype = DType::kF32;  // x's dtype: the outputs'
+
+  bool defined() const { return data.defined(); }
+};
+Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
+Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias);
+
 // A model's projection weight that may have been quantized at load (--dit-dtype fp8,
 // --text-encoder-dtype fp8): `w` is then E4M3 [N, K] and `scale` its per-channel scales [N].
 // Replaces a float w by its E4M3 values and fills `scale`, where w lives; the float tensor is
@@ -77,6 +92,10 @@ void quantize_projection_fp8(Tensor& w, Tensor& scale);
 // x W^T (+ bias): the FP8 GEMM with activations quantized per token for an E4M3 w, else
 // ops::linear.
 Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
+                         const Tensor* bias = nullptr);
+// The same for several projections of one x: `xq` is x quantized per token once (made on the
+// first FP8 weight that needs it, then reused); float weights read x itself.
+Tensor linear_projection(const Tensor& x, Fp8Activation& xq, const Tensor& w, const Tensor& scale,
                          const Tensor* bias = nullptr);
 
 }  // namespace h3::ops

@@ -27,12 +27,17 @@ Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
 }
 
 // A block projection: an FP8 weight (E4M3 with its per-channel `scale`, DitOptions::fp8) runs
-// the FP8 GEMM with the activations quantized per token; any other weight, the plain linear.
+// the FP8 GEMM with the activations quantized per token (once per x: `xq` carries them to the
+// next projection of the same x); any other weight, the plain linear.
+Tensor block_linear(const Tensor& x, ops::Fp8Activation& xq, const Tensor& w, const Tensor& scale,
+                    const RuntimeLora& lora) {
+  return add_lora(x, ops::linear_projection(x, xq, w, scale), lora);
+}
+
 Tensor block_linear(const Tensor& x, const Tensor& w, const Tensor& scale,
                     const RuntimeLora& lora) {
-  if (w.dtype() != DType::kF8E4M3) return lora_linear(x, w, lora);
-  const ops::Fp8Weight q{w, scale, ops::Fp8WeightScaling::kPerChannel};
-  return add_lora(x, ops::linear_fp8(x, q, nullptr, ops::Fp8ActScaling::kPerToken), lora);
+  ops::Fp8Activation xq;
+  return block_linear(x, xq, w, scale, lora);
 }
 
 // Drops a leading batch dimension of 1 (H3 always runs batch 1, §2.1).
@@ -260,11 +265,12 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
-  Tensor q = ops::rms_norm(block_linear(a, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd}),
-                           &w.norm_q, eps);
-  Tensor k = ops::rms_norm(block_linear(a, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd}),
-                           &w.norm_k, eps);
-  const Tensor v = block_linear(a, w.to_v, w.to_v_scale, w.to_v_lora).view({s, heads, hd});
+  ops::Fp8Activation aq;  // `a` in E4M3, for every FP8 projection of it
+  Tensor q = ops::rms_norm(
+      block_linear(a, aq, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
+  Tensor k = ops::rms_norm(
+      block_linear(a, aq, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
+  const Tensor v = block_linear(a, aq, w.to_v, w.to_v_scale, w.to_v_lora).view({s, heads, hd});
   if (rope) {
     q = apply_rope(q, *rope);
     k = apply_rope(k, *rope);
@@ -275,7 +281,7 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     // whenever the checkpoint has gates, at every sparsity.
     Tensor g;
     if (w.to_gate.defined())
-      g = block_linear(a, w.to_gate, w.to_gate_scale, w.to_gate_lora).view({s, heads, hd});
+      g = block_linear(a, aq, w.to_gate, w.to_gate_scale, w.to_gate_lora).view({s, heads, hd});
     ops::VsaOptions vo;
     vo.sparsity = vsa_sparsity;
     vo.mode = options_.vsa.mode;

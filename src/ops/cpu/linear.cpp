@@ -21,6 +21,7 @@ void linear_rows(const float* x, const float* w, const Tensor* bias, int64_t r0,
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) o[i * n + j] = bf[j];
   }
+  if (k == 0) return;  // an empty sum: the bias, or the zeros `out` starts as
   sgemm(false, true, m, n, k, 1.0f, x + r0 * k, k, w, k, bias ? 1.0f : 0.0f, o, n);
 }
 
@@ -28,7 +29,8 @@ Tensor linear_over(const Tensor& x, const Tensor& w, const Tensor* bias,
                    const std::vector<int64_t>& row_starts) {
   const int64_t k = x.size(-1);
   const int64_t n = w.size(0);
-  const int64_t m = k ? x.numel() / k : 0;
+  int64_t m = 1;  // from the leading dimensions: with K = 0 the rows are still there
+  for (int d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
   const F32 xf(x);
   const F32 wf(w);
   std::vector<float> out(static_cast<size_t>(m * n));

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/cuda/fp8_cuda.h"
 
 namespace h3::ops::cuda {
 
@@ -33,6 +34,11 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 // cuBLASLt has no kernel for the shape (the caller then takes another path).
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
               const void* w_q, const float* w_scale, void* c, DType c_dtype, int device);
+// The timing sweep behind sweep_linear_fp8 (fp8_cuda.h), over gemm_fp8's description.
+std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
+                                          const float* x_scale, const void* w_q,
+                                          const float* w_scale, void* c, DType c_dtype, int device,
+                                          int count, int iters, bool fast_accum);
 
 // out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride
 // in_ld / out_ld); bias may be null; per_row selects bias[r] (convolutions) over bias[c].

@@ -250,53 +250,91 @@ Tensor fake_quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   return out;
 }
 
-Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act) {
-  require_cuda(x_in, "linear_fp8", "x");
+Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
+  require_cuda(x_in, "quantize_activation_fp8", "x");
+  require_float(x_in, "quantize_activation_fp8", "x");
+  set_device_of(x_in);
+  const Tensor x = contiguous(x_in);
+  // Rows from the leading dimensions, so that K = 0 keeps them (the output is then the bias).
+  const int64_t k = x.size(-1);
+  int64_t m = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  Fp8Activation out;
+  out.data = Tensor::empty({m, k}, DType::kF8E4M3, x.device());
+  out.scale = Tensor::empty({m}, DType::kF32, x.device());
+  out.shape = x.shape();
+  out.dtype = x.dtype();
+  quantize_rows(x, m, k, act, static_cast<uint8_t*>(out.data.raw()),
+                static_cast<float*>(out.scale.raw()), nullptr);
+  return out;
+}
+
+Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias) {
+  require_cuda(x.data, "linear_fp8", "x");
   require_cuda(w.data, "linear_fp8", "w.data");
   require_cuda(w.scale, "linear_fp8", "w.scale");
-  require_same_device(x_in, w.data, "linear_fp8");
-  require_same_device(x_in, w.scale, "linear_fp8");
-  require_float(x_in, "linear_fp8", "x");
+  require_same_device(x.data, w.data, "linear_fp8");
+  require_same_device(x.data, w.scale, "linear_fp8");
   if (bias) {
     require_cuda(*bias, "linear_fp8", "bias");
-    require_same_device(x_in, *bias, "linear_fp8");
+    require_same_device(x.data, *bias, "linear_fp8");
   }
-  set_device_of(x_in);
-  const int64_t n = w.out_features(), k = w.in_features();
-  const int64_t m = k ? x_in.numel() / k : 0;
-  const DType out_t = x_in.dtype();
+  set_device_of(x.data);
+  const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
+  const DType out_t = x.dtype;
+  Shape out_shape = x.shape;
+  out_shape.back() = n;
   const bool aligned = reinterpret_cast<uintptr_t>(w.data.raw()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(w.scale.raw()) % 16 == 0 &&
                        w.data.is_contiguous();
   // The float32 GEMM over the dequantized operands: the CPU oracle's own arithmetic, for what the
   // FP8 tensor cores do not take (and, should cuBLASLt have no FP8 kernel for a shape, that too).
+  // The rows' E4M3 values times their scales are the fake-quantized activations bit for bit.
   auto dequantized = [&]() {
-    const Tensor xq = cuda::fake_quantize_activation_fp8(x_in, act);
-    const Tensor y = cuda::linear(xq, cuda::dequantize_weight_fp8(w, DType::kF32), bias);
-    return out_t == DType::kF32 ? y : cuda::cast(y, out_t);
+    const Fp8Weight rows{x.data, x.scale, Fp8WeightScaling::kPerChannel};
+    const Tensor y = cuda::linear(cuda::dequantize_weight_fp8(rows, DType::kF32),
+                                  cuda::dequantize_weight_fp8(w, DType::kF32), bias);
+    return (out_t == DType::kF32 ? y : cuda::cast(y, out_t)).reshape(out_shape);
   };
   if (!linear_fp8_uses_tensor_cores(n, k, w.scaling) || !aligned || m == 0) return dequantized();
-  const Tensor x = contiguous(x_in);
-  Tensor xq = Tensor::empty({m, k}, DType::kF8E4M3, x.device());
-  Tensor xs = Tensor::empty({m}, DType::kF32, x.device());
-  quantize_rows(x, m, k, act, static_cast<uint8_t*>(xq.raw()), static_cast<float*>(xs.raw()),
-                nullptr);
-  Shape out_shape = x.shape();
-  out_shape.back() = n;
-  Tensor out = Tensor::empty(out_shape, out_t, x.device());
+  Tensor out = Tensor::empty(out_shape, out_t, x.data.device());
+  const auto* xs = static_cast<const float*>(x.scale.raw());
+  const auto* ws = static_cast<const float*>(w.scale.raw());
   if (!bias) {
-    if (!gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
-                  static_cast<const float*>(w.scale.raw()), out.raw(), out_t, x.device().index))
+    if (!gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t,
+                  x.data.device().index))
       return dequantized();
     return out;
   }
   // The bias joins in float32 before the one rounding to x's dtype, as on the CPU.
-  Tensor acc = Tensor::empty({m, n}, DType::kF32, x.device());
-  if (!gemm_fp8(m, n, k, xq.raw(), static_cast<const float*>(xs.raw()), w.data.raw(),
-                static_cast<const float*>(w.scale.raw()), acc.raw(), DType::kF32, x.device().index))
+  Tensor acc = Tensor::empty({m, n}, DType::kF32, x.data.device());
+  if (!gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, acc.raw(), DType::kF32,
+                x.data.device().index))
     return dequantized();
   bias_add_cast(static_cast<const float*>(acc.raw()), n, bias, false, out.raw(), out_t, n, m, n);
   return out;
+}
+
+std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Weight& w, int count,
+                                            int iters, bool fast_accum) {
+  require_cuda(x.data, "sweep_linear_fp8", "x");
+  require_cuda(w.data, "sweep_linear_fp8", "w.data");
+  require_same_device(x.data, w.data, "sweep_linear_fp8");
+  set_device_of(x.data);
+  const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
+  H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling) && m > 0, ErrorCode::kUnsupported,
+           "ops::sweep_linear_fp8: ", m, " x ", k, " -> ", n,
+           " does not run on the FP8 tensor cores");
+  Tensor out = Tensor::empty({m, n}, DType::kBF16, x.data.device());
+  return sweep_gemm_fp8(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()),
+                        w.data.raw(), static_cast<const float*>(w.scale.raw()), out.raw(),
+                        DType::kBF16, x.data.device().index, count, iters, fast_accum);
+}
+
+Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act) {
+  require_cuda(x_in, "linear_fp8", "x");
+  require_float(x_in, "linear_fp8", "x");
+  return cuda::linear_fp8(cuda::quantize_activation_fp8(x_in, act), w, bias);
 }
 
 }  // namespace h3::ops::cuda

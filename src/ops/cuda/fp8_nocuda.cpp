@@ -17,6 +17,13 @@ Tensor fake_quantize_activation_fp8(const Tensor&, Fp8ActScaling) {
 Tensor linear_fp8(const Tensor&, const Fp8Weight&, const Tensor*, Fp8ActScaling) {
   no_cuda("linear_fp8");
 }
+Fp8Activation quantize_activation_fp8(const Tensor&, Fp8ActScaling) {
+  no_cuda("quantize_activation_fp8");
+}
+Tensor linear_fp8(const Fp8Activation&, const Fp8Weight&, const Tensor*) { no_cuda("linear_fp8"); }
+std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation&, const Fp8Weight&, int, int, bool) {
+  no_cuda("sweep_linear_fp8");
+}
 bool linear_fp8_uses_tensor_cores(int64_t, int64_t, Fp8WeightScaling) { return false; }
 
 }  // namespace h3::ops::cuda

@@ -5,9 +5,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_ops.h"
@@ -96,13 +98,13 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
-// cuBLASLt's first heuristic choice for a GEMM, asked once per key and cached (the caller holds
-// g_mutex). Null when it has none; `status` then says why.
-const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasLtMatmulDesc_t desc,
-                                     const Layout& la, const Layout& lb, const Layout& lc,
-                                     int64_t al_a, int64_t al_b, int64_t al_c, cublasStatus_t* status) {
-  auto it = g_algos.find(key);
-  if (it != g_algos.end()) return &it->second;
+// cuBLASLt's first `count` heuristic choices for a GEMM, best first (empty when it has none;
+// `status` then says why).
+std::vector<cublasLtMatmulHeuristicResult_t> heuristics(LtContext& ctx, cublasLtMatmulDesc_t desc,
+                                                        const Layout& la, const Layout& lb,
+                                                        const Layout& lc, int64_t al_a,
+                                                        int64_t al_b, int64_t al_c, int count,
+                                                        cublasStatus_t* status) {
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
   struct PrefGuard {
@@ -123,13 +125,55 @@ const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasL
            "alignment C");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, 4),
            "alignment D");
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
   int found = 0;
-  *status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l, lc.l, pref, 1, &result,
-                                           &found);
-  if (*status != CUBLAS_STATUS_SUCCESS || found == 0) return nullptr;
-  return &g_algos.emplace(key, result.algo).first->second;
+  *status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, la.l, lb.l, lc.l, lc.l, pref, count,
+                                           results.data(), &found);
+  if (*status != CUBLAS_STATUS_SUCCESS) found = 0;
+  results.resize(static_cast<size_t>(found));
+  return results;
 }
+
+// cuBLASLt's first heuristic choice for a GEMM, asked once per key and cached (the caller holds
+// g_mutex). Null when it has none; `status` then says why. The first choice, not the fastest of
+// several timed: a choice by timing could differ between runs, and with it the output's bits.
+const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasLtMatmulDesc_t desc,
+                                     const Layout& la, const Layout& lb, const Layout& lc,
+                                     int64_t al_a, int64_t al_b, int64_t al_c, cublasStatus_t* status) {
+  auto it = g_algos.find(key);
+  if (it != g_algos.end()) return &it->second;
+  const auto found = heuristics(ctx, desc, la, lb, lc, al_a, al_b, al_c, 1, status);
+  if (found.empty()) return nullptr;
+  return &g_algos.emplace(key, found[0].algo).first->second;
+}
+
+// The matmul description of gemm_fp8: D^T [N, M] = W [N, K] x X^T [K, M] in cuBLASLt's
+// column-major view, with outer-vector scales (per channel for W, per token for X).
+struct Fp8Desc {
+  cublasLtMatmulDesc_t d = nullptr;
+  Fp8Desc(const float* w_scale, const float* x_scale, bool fast_accum) {
+    check_lt(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul desc");
+    // Hopper's FP8 kernels take only this "TN" form, both operands K-contiguous, which is how a
+    // linear layer stores them anyway.
+    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t), "fp8 transa");
+    set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n), "fp8 transb");
+    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof(outer), "fp8 weight scale mode");
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof(outer), "fp8 activation scale mode");
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale), "fp8 weight scale pointer");
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale),
+        "fp8 activation scale pointer");
+    const int8_t fast = fast_accum ? 1 : 0;
+    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast), "fp8 accumulation mode");
+  }
+  void set(cublasLtMatmulDescAttributes_t a, const void* v, size_t n, const char* what) {
+    check_lt(cublasLtMatmulDescSetAttribute(d, a, v, n), what);
+  }
+  ~Fp8Desc() { cublasLtMatmulDescDestroy(d); }
+  Fp8Desc(const Fp8Desc&) = delete;
+  Fp8Desc& operator=(const Fp8Desc&) = delete;
+};
 
 }  // namespace
 
@@ -210,49 +254,80 @@ bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_s
   if (M == 0 || N == 0) return true;
   std::lock_guard<std::mutex> lock(g_mutex);
   LtContext& ctx = context(device);
-  const cudaDataType_t c_t = cuda_type(c_dtype);
-  cublasLtMatmulDesc_t desc = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul desc");
-  struct DescGuard {
-    cublasLtMatmulDesc_t d;
-    ~DescGuard() { cublasLtMatmulDescDestroy(d); }
-  } desc_guard{desc};
-  // Column-major view, D^T [N, M] = W [N, K] x X^T [K, M]: Hopper's FP8 kernels take only this
-  // "TN" form, both operands K-contiguous, which is how a linear layer stores them anyway.
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
-           "fp8 transa");
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
-           "fp8 transb");
-  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer,
-                                          sizeof(outer)),
-           "fp8 weight scale mode");
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer,
-                                          sizeof(outer)),
-           "fp8 activation scale mode");
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                          sizeof(w_scale)),
-           "fp8 weight scale pointer");
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                          sizeof(x_scale)),
-           "fp8 activation scale pointer");
+  const Fp8Desc desc(w_scale, x_scale, false);
   const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
   const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
-  const Layout lc(c_t, N, M, N, 1, 0);
+  const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
   const int64_t al_w = alignment_of(w_q), al_x = alignment_of(x_q), al_c = alignment_of(c);
   AlgoKey key{};
   // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
   const int64_t vals[20] = {-1, M, N, K, static_cast<int64_t>(c_dtype), al_w, al_x, al_c, device};
   std::memcpy(key.v, vals, sizeof(vals));
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  const cublasLtMatmulAlgo_t* algo = algo_for(key, ctx, desc, la, lb, lc, al_w, al_x, al_c, &st);
+  const cublasLtMatmulAlgo_t* algo = algo_for(key, ctx, desc.d, la, lb, lc, al_w, al_x, al_c, &st);
   if (algo == nullptr) return false;
   const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(ctx.handle, desc, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
+  check_lt(cublasLtMatmul(ctx.handle, desc.d, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
                           algo, ctx.workspace, kWorkspaceBytes, current_stream()),
            "cublasLtMatmul (fp8)");
   return true;
+}
+
+std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
+                                          const float* x_scale, const void* w_q,
+                                          const float* w_scale, void* c, DType c_dtype, int device,
+                                          int count, int iters, bool fast_accum) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  LtContext& ctx = context(device);
+  const Fp8Desc desc(w_scale, x_scale, fast_accum);
+  const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
+  const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
+  const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const auto found = heuristics(ctx, desc.d, la, lb, lc, alignment_of(w_q), alignment_of(x_q),
+                                alignment_of(c), count, &st);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  H3_CUDA_CHECK(cudaEventCreate(&e0));
+  H3_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<Fp8AlgoTiming> out;
+  const float alpha = 1.0f, beta = 0.0f;
+  for (size_t i = 0; i < found.size(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(ctx.handle, desc.d, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c,
+                            lc.l, &found[i].algo, ctx.workspace, kWorkspaceBytes,
+                            current_stream());
+    };
+    Fp8AlgoTiming t;
+    t.index = static_cast<int>(i);
+    t.fast_accum = fast_accum;
+    auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
+      int32_t v = -1;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&found[i].algo, a, &v, sizeof(v), &written);
+      return static_cast<int>(v);
+    };
+    t.tile = attr(CUBLASLT_ALGO_CONFIG_TILE_ID);
+    t.stages = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
+    t.split_k = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+    t.cluster = attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a choice that does not run is left out
+    std::vector<float> ms;
+    for (int it = 0; it < iters; ++it) {
+      H3_CUDA_CHECK(cudaEventRecord(e0, current_stream()));
+      check_lt(run(), "cublasLtMatmul (fp8 sweep)");
+      H3_CUDA_CHECK(cudaEventRecord(e1, current_stream()));
+      H3_CUDA_CHECK(cudaEventSynchronize(e1));
+      float v = 0.0f;
+      H3_CUDA_CHECK(cudaEventElapsedTime(&v, e0, e1));
+      ms.push_back(v);
+    }
+    std::sort(ms.begin(), ms.end());
+    t.ms = ms.empty() ? 0.0 : ms[ms.size() / 2];
+    out.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return out;
 }
 
 // The dtype both GEMM operands are brought to: the shared half type when they agree, else f32
@@ -314,7 +389,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
   const DType ct = compute_dtype(x.dtype(), w.dtype());
   const Tensor xc = as_dtype(x, ct);
   const Tensor wc = as_dtype(w, ct);
-  const int64_t M = K ? x.numel() / K : 0;
+  int64_t M = 1;  // from the leading dimensions: with K = 0 the rows are still there
+  for (int d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor out = Tensor::empty(out_shape, out_t, x.device());
