@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "core/status.h"
+#include "models/fp8_checkpoint.h"
 
 namespace h3::models {
 
@@ -92,7 +93,17 @@ SchemaCheck check_infos(const Schema& schema, const std::vector<const io::Tensor
     if (!spec.used) ++r.skipped;
   }
   for (const io::TensorInfo* t : tensors) {
-    if (!known.count(t->name)) r.unexpected.push_back(t->name);
+    if (known.count(t->name)) continue;
+    // The scales of a projection stored in FP8 (models/fp8_checkpoint.h) belong to it.
+    std::string weight;
+    if (is_fp8_companion(t->name, &weight) && known.count(weight)) {
+      auto it = have.find(weight);
+      if (it != have.end() && it->second->dtype == DType::kF8E4M3) {
+        ++r.fp8_scales;
+        continue;
+      }
+    }
+    r.unexpected.push_back(t->name);
   }
   std::sort(r.unexpected.begin(), r.unexpected.end());
   return r;

@@ -424,6 +424,7 @@ void Generation::encode() {
     result.input_ids = pres.input_ids;
     text_tags = pres.text_token_tags;
     qwen3_vl::Qwen3VlModel& encoder = engine.conditioner(rc, /*with_vision=*/!pm.visual.empty());
+    if (encoder.fp8_from_checkpoint() > 0) rc.set("text_encoder_dtype", "fp8");
     auto s = rc.stage("conditioner");
     std::vector<Tensor> image_px, video_px;
     std::vector<qwen3_vl::GridThw> image_grids, video_grids;
@@ -594,6 +595,8 @@ void Generation::denoise() {
   // The transformer's load is its own stage, outside "denoise", so that the step loop's time is
   // the loop's alone.
   dit::DitModel& model = engine.transformer(rc, g.workflow == "ref2va");
+  // A checkpoint that stores its projections in FP8 runs them so without --dit-dtype fp8.
+  if (model.fp8_weights()) rc.set("dit_dtype", "fp8");
   {
     auto d = rc.stage("denoise");
     g.peak_begin();

@@ -5,14 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "io/safetensors.h"
+#include "models/fp8_checkpoint.h"
 #include "models/h3_dit/dit_model.h"
+#include "models/schema.h"
 #include "models/tiny_model.h"
 #include "ops/fp8.h"
+#include "support/fp8_files.h"
 #include "support/temp_dir.h"
 
 namespace h3 {
@@ -102,6 +109,206 @@ TEST_F(DitFp8Test, StreamingFp8BlocksIsRefusedByName) {
   }
   o.resident_blocks = 2;
   EXPECT_EQ(dit::resolve_resident_blocks(o, 2), 2);
+}
+
+// ---- FP8 checkpoints as publishers store them (models/fp8_checkpoint.h) ------------------------
+
+using test::weight_stem;
+using test::write_fp8_transformer;
+
+// Every projection of a per-channel FP8 checkpoint (compressed-tensors' "channel" strategy:
+// `weight_scale` [N, 1]) loads bit for bit as --dit-dtype fp8 quantizes the bf16 checkpoint, runs
+// as FP8 without the flag, and says so.
+TEST_F(DitFp8Test, PerChannelCheckpointLoadsAsTheQuantizedModel) {
+  const std::string dir = write_fp8_transformer(
+      repo_, (dir_->path() / "fp8_channel").string(),
+      [](const std::string& name, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+        const ops::Fp8Weight q = ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerChannel);
+        ts.push_back({name, q.data});
+        ts.push_back({weight_stem(name) + ".weight_scale", q.scale.reshape({q.scale.size(0), 1})});
+        ts.push_back({weight_stem(name) + ".input_scale", Tensor::from_f32({0.5f}, {1})});
+      });
+  dit::DitOptions o;
+  o.precision = dit::DitPrecision::kBF16;
+  const dit::DitModel m = dit::DitModel::load(dir, o);
+  const dit::DitModel ref = load(true);
+  EXPECT_TRUE(m.fp8_weights());
+  EXPECT_FALSE(load(false).fp8_weights());
+  EXPECT_GT(m.weights().fp8_from_checkpoint, 0);
+  auto same = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    ASSERT_EQ(a.dtype(), b.dtype()) << what;
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    EXPECT_EQ(a.to_f32_vector(), b.to_f32_vector()) << what;
+  };
+  for (size_t i = 0; i < ref.weights().blocks.size(); ++i) {
+    const dit::DitBlockWeights &a = m.weights().blocks[i], &b = ref.weights().blocks[i];
+    const std::string at = "block " + std::to_string(i);
+    same(a.attn.to_q, b.attn.to_q, at + " to_q");
+    same(a.attn.to_q_scale, b.attn.to_q_scale, at + " to_q scale");
+    same(a.attn.to_out, b.attn.to_out, at + " to_out");
+    same(a.ff.fc_in_scale, b.ff.fc_in_scale, at + " fc_in scale");
+    same(a.ff.fc_out, b.ff.fc_out, at + " fc_out");
+    same(a.adaln_w, b.adaln_w, at + " adaln");
+    same(a.adaln_scale, b.adaln_scale, at + " adaln scale");
+    same(a.norm1, b.norm1, at + " norm1");
+  }
+  same(m.weights().refiner.at(0).attn.to_k_scale, ref.weights().refiner.at(0).attn.to_k_scale,
+       "refiner to_k scale");
+  // `h3 info`'s schema check: the scales belong to their weights, nothing is unexpected.
+  const io::Checkpoint ck = io::Checkpoint::open(dir + "/diffusion_pytorch_model.safetensors");
+  std::ifstream cf(dir + "/config.json");
+  const models::SchemaCheck sc =
+      models::check_schema(models::dit_schema(nlohmann::json::parse(cf), "config.json"), ck);
+  EXPECT_TRUE(sc.ok()) << (sc.unexpected.empty() ? std::string() : sc.unexpected[0]);
+  EXPECT_EQ(sc.fp8_scales, 2 * m.weights().fp8_from_checkpoint);  // weight_scale + input_scale
+}
+
+// One scale per tensor (ModelOpt, ComfyUI: `weight_scale` []) becomes that scale on every channel:
+// the weight's values are exactly the checkpoint's.
+TEST_F(DitFp8Test, PerTensorCheckpointScaleCoversEveryChannel) {
+  std::vector<float> scales;
+  const std::string dir = write_fp8_transformer(
+      repo_, (dir_->path() / "fp8_tensor").string(),
+      [&](const std::string& name, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+        // Per tensor: the per-token path of the activations on a [1, N*K] view gives one scale.
+        const Tensor flat = w.reshape({1, w.numel()});
+        const ops::Fp8Weight q =
+            ops::quantize_weight_fp8(flat, ops::Fp8WeightScaling::kPerChannel);
+        ts.push_back({name, q.data.reshape(w.shape())});
+        ts.push_back({weight_stem(name) + ".weight_scale", q.scale.reshape({})});
+        scales.push_back(q.scale.to_f32_vector()[0]);
+      });
+  dit::DitOptions o;
+  const dit::DitModel m = dit::DitModel::load(dir, o);
+  const dit::DitAttentionWeights& a = m.weights().blocks.at(0).attn;
+  ASSERT_EQ(a.to_q.dtype(), DType::kF8E4M3);
+  const std::vector<float> s = a.to_q_scale.to_f32_vector();
+  ASSERT_EQ(static_cast<int64_t>(s.size()), a.to_q.size(0));
+  for (float v : s) EXPECT_EQ(v, s[0]);
+  EXPECT_NE(std::find(scales.begin(), scales.end(), s[0]), scales.end());
+}
+
+// 128 x 128 block scales (Qwen's and DeepSeek's `weight_scale_inv`) are quantized again per
+// channel: each loaded weight is the block-scaled weight within one more E4M3 rounding.
+TEST_F(DitFp8Test, BlockScaledCheckpointIsRequantizedPerChannel) {
+  std::map<std::string, Tensor> block_values;
+  const std::string dir = write_fp8_transformer(
+      repo_, (dir_->path() / "fp8_block").string(),
+      [&](const std::string& name, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+        const ops::Fp8Weight q = ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerBlock);
+        ts.push_back({name, q.data});
+        ts.push_back({weight_stem(name) + ".weight_scale_inv", q.scale.to(DType::kBF16).to(DType::kF32)});
+        const ops::Fp8Weight stored{q.data, q.scale.to(DType::kBF16).to(DType::kF32),
+                                    ops::Fp8WeightScaling::kPerBlock};
+        block_values[name] = ops::dequantize_weight_fp8(stored, DType::kF32);
+      });
+  dit::DitOptions o;
+  const dit::DitModel m = dit::DitModel::load(dir, o);
+  const dit::DitBlockWeights& b = m.weights().blocks.at(1);
+  expect_quantized(b.ff.fc_in, b.ff.fc_in_scale,
+                   block_values.at("transformer_blocks.1.ff.net.0.proj.weight"), "fc_in");
+  expect_quantized(b.attn.to_v, b.attn.to_v_scale,
+                   block_values.at("transformer_blocks.1.attn.to_v.weight"), "to_v");
+}
+
+// What cannot be read is refused with the checkpoint and tensor named.
+TEST_F(DitFp8Test, MalformedFp8CheckpointsAreRefusedByName) {
+  using Store = test::Fp8Store;
+  auto per_channel = [](const std::string& name, const Tensor& w) {
+    return ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerChannel);
+  };
+  struct Case {
+    const char* tag;
+    Store store;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"no_scale",
+       [&](const std::string& n, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+         ts.push_back({n, per_channel(n, w).data});
+       },
+       "has no scale"},
+      {"both_scales",
+       [&](const std::string& n, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+         const ops::Fp8Weight q = per_channel(n, w);
+         ts.push_back({n, q.data});
+         ts.push_back({weight_stem(n) + ".weight_scale", q.scale});
+         ts.push_back({weight_stem(n) + ".weight_scale_inv",
+                       Tensor::from_f32(std::vector<float>(64, 1.0f), {8, 8})});
+       },
+       "one kind of scale"},
+      {"wrong_shape",
+       [&](const std::string& n, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+         const ops::Fp8Weight q = per_channel(n, w);
+         ts.push_back({n, q.data});
+         ts.push_back({weight_stem(n) + ".weight_scale", Tensor::from_f32({1.0f, 2.0f}, {2})});
+       },
+       "expected [] or [1]"},
+      {"scale_beside_bf16",
+       [&](const std::string& n, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+         ts.push_back({n, w});
+         ts.push_back({weight_stem(n) + ".weight_scale", Tensor::from_f32({1.0f}, {1})});
+       },
+       "is not stored as F8_E4M3"},
+      {"zero_scale",
+       [&](const std::string& n, const Tensor& w, std::vector<io::NamedTensor>& ts) {
+         const ops::Fp8Weight q = per_channel(n, w);
+         ts.push_back({n, q.data});
+         ts.push_back({weight_stem(n) + ".weight_scale", Tensor::from_f32({0.0f}, {})});
+       },
+       ".weight'"},
+  };
+  for (const Case& c : cases) {
+    const std::string dir =
+        write_fp8_transformer(repo_, (dir_->path() / c.tag).string(), c.store);
+    try {
+      (void)dit::DitModel::load(dir, dit::DitOptions{});
+      ADD_FAILURE() << c.tag << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidFile) << c.tag << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << c.tag << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("diffusion_pytorch_model.safetensors"),
+                std::string::npos)
+          << c.tag << ": " << e.what();
+    }
+  }
+  // FP8 where the engine keeps float weights (a norm), and FP8 blocks streamed from host memory.
+  const std::string norm_dir = (dir_->path() / "fp8_norm").string();
+  {
+    namespace fs = std::filesystem;
+    fs::create_directories(norm_dir);
+    fs::copy_file(repo_ + "/transformer/config.json", norm_dir + "/config.json",
+                  fs::copy_options::overwrite_existing);
+    const io::Checkpoint ckpt =
+        io::Checkpoint::open(repo_ + "/transformer/diffusion_pytorch_model.safetensors");
+    std::vector<io::NamedTensor> ts;
+    for (const std::string& name : ckpt.names()) {
+      const Tensor t = ckpt.tensor(name).to(ckpt.info(name).dtype);
+      ts.push_back({name, name == "transformer_blocks.0.norm1.weight" ? t.to(DType::kF8E4M3) : t});
+    }
+    io::write_safetensors(norm_dir + "/diffusion_pytorch_model.safetensors", ts);
+  }
+  try {
+    (void)dit::DitModel::load(norm_dir, dit::DitOptions{});
+    ADD_FAILURE() << "an FP8 norm loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("transformer_blocks.0.norm1.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Fp8Checkpoint, CompanionNamesMapToTheirWeight) {
+  std::string w;
+  EXPECT_TRUE(models::is_fp8_companion("a.b.weight_scale", &w));
+  EXPECT_EQ(w, "a.b.weight");
+  EXPECT_TRUE(models::is_fp8_companion("a.b.weight_scale_inv", &w));
+  EXPECT_EQ(w, "a.b.weight");
+  EXPECT_TRUE(models::is_fp8_companion("x.input_scale", &w));
+  EXPECT_EQ(w, "x.weight");
+  EXPECT_FALSE(models::is_fp8_companion("a.b.weight", &w));
+  EXPECT_FALSE(models::is_fp8_companion(".weight_scale", &w));
+  EXPECT_FALSE(models::is_fp8_companion("a.scale", &w));
 }
 
 }  // namespace

@@ -159,6 +159,8 @@ class DitModel {
   static DitModel from_checkpoint(const DitConfig& config, const io::Checkpoint& ckpt,
                                   const DitOptions& options);
 
+  // Whether the blocks' projections are E4M3 (--dit-dtype fp8, or stored so in the checkpoint).
+  bool fp8_weights() const { return options_.fp8 || weights_.fp8_from_checkpoint > 0; }
   const DitConfig& config() const { return config_; }
   const DitOptions& options() const { return options_; }
   DType activation_dtype() const { return act_; }

@@ -5,7 +5,9 @@
 
 #include "core/layer_stream.h"
 #include "core/status.h"
+#include "core/log.h"
 #include "io/device_loader.h"
+#include "models/fp8_checkpoint.h"
 #include "ops/fp8.h"
 
 namespace h3::dit {
@@ -45,6 +47,22 @@ int64_t main_block_of(const std::string& name) {
   if (k >= name.size() || name[k] < '0' || name[k] > '9') return -1;
   for (; k < name.size() && name[k] >= '0' && name[k] <= '9'; ++k) i = i * 10 + (name[k] - '0');
   return i;
+}
+
+// The projections a checkpoint may store in FP8 (models/fp8_checkpoint.h): the attention and
+// feed-forward weights of every block and the main blocks' AdaLN, what --dit-dtype fp8 quantizes.
+bool fp8_capable(const std::string& name) {
+  static const char* const kSuffixes[] = {
+      "attn.to_q.weight",     "attn.to_k.weight",        "attn.to_v.weight",
+      "attn.to_out.0.weight", "attn.to_gate_compress.weight", "ff.net.0.proj.weight",
+      "ff.net.2.weight",      "adaln_proj.linear.weight"};
+  for (const char* suffix : kSuffixes) {
+    const std::string_view v(suffix);
+    if (name.size() > v.size() && name.compare(name.size() - v.size(), v.size(), v) == 0 &&
+        name[name.size() - v.size() - 1] == '.')
+      return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -146,6 +164,14 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
       ++gates_present;
       continue;
     }
+    std::string of;
+    if (models::is_fp8_companion(name, &of) && fp8_capable(of) &&
+        (known.count(of) || gate_names.count(of))) {
+      H3_CHECK(ckpt.has(of) && ckpt.info(of).dtype == DType::kF8E4M3, ErrorCode::kInvalidFile,
+               src, ": tensor '", name, "' is an FP8 scale, but '", of,
+               "' is not stored as F8_E4M3");
+      continue;  // read with its weight below
+    }
     H3_CHECK(name.find("to_gate_compress") == std::string::npos, ErrorCode::kInvalidFile, src,
              ": tensor '", name, "' is a VSA compression gate outside the ", config.num_layers,
              " main blocks (FastH3 gates only the main blocks' attention, §5.6)");
@@ -172,6 +198,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
 
   std::map<std::string, Tensor> loaded;
   std::vector<io::LoadItem> to_device;  // CUDA: streamed file -> device in one pass (below)
+  std::vector<std::string> fp8_names;   // stored as F8_E4M3: kept so, scales read below
   for (const DitTensorSpec& s : all_specs) {
     H3_CHECK(ckpt.has(s.name), ErrorCode::kNotFound, src, ": missing tensor '", s.name,
              "' (expected shape ", shape_str(s.shape), ")");
@@ -180,8 +207,21 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
              "' has shape ", shape_str(info.shape), ", the config implies ", shape_str(s.shape));
     H3_CHECK(dtype_is_float(info.dtype), ErrorCode::kInvalidFile, src, ": tensor '", s.name,
              "' has dtype ", dtype_name(info.dtype), ", expected a float type");
-    const DType want = s.fp32_island ? DType::kF32 : policy.body_dtype;
-    if (policy.resident_blocks >= 0 && main_block_of(s.name) >= policy.resident_blocks) {
+    const bool streamed =
+        policy.resident_blocks >= 0 && main_block_of(s.name) >= policy.resident_blocks;
+    if (info.dtype == DType::kF8E4M3) {
+      H3_CHECK(fp8_capable(s.name), ErrorCode::kUnsupported, src, ": tensor '", s.name,
+               "' is stored as F8_E4M3; FP8 is read for the blocks' projections only (q, k, v, "
+               "out, gate, FFN and AdaLN weights)");
+      H3_CHECK(!streamed, ErrorCode::kUnsupported, src, ": block weight '", s.name,
+               "' is stored as F8_E4M3, and FP8 blocks are not streamed from host memory "
+               "(--cpu-offload, or a plan that streams blocks): every block stays resident");
+      fp8_names.push_back(s.name);
+    }
+    const DType want = info.dtype == DType::kF8E4M3 ? DType::kF8E4M3
+                       : s.fp32_island              ? DType::kF32
+                                                    : policy.body_dtype;
+    if (streamed) {
       // The mmap view, converted once by pin_blocks() below into the pinned buffer.
       loaded.emplace(s.name, ckpt.tensor(s.name));
       continue;
@@ -199,7 +239,36 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     std::vector<Tensor> ts = io::load_tensors_to(ckpt, to_device, policy.device);
     for (size_t i = 0; i < ts.size(); ++i) loaded.emplace(to_device[i].name, std::move(ts[i]));
   }
+  // FP8 weights get their scales, one per output channel (models/fp8_checkpoint.h).
+  std::map<std::string, Tensor> scales;
+  int64_t requantized = 0;
+  bool input_scales = false;
+  std::set<std::string> layouts;
+  for (const std::string& name : fp8_names) {
+    models::Fp8ProjectionNote note;
+    ops::Fp8Weight q = models::read_fp8_projection(ckpt, name, loaded.at(name), &note);
+    loaded[name] = std::move(q.data);
+    scales[name] = std::move(q.scale);
+    requantized += note.requantized ? 1 : 0;
+    input_scales = input_scales || note.static_input_scale;
+    layouts.insert(note.layout);
+  }
+  if (!fp8_names.empty()) {
+    std::string list;
+    for (const std::string& l : layouts) list += (list.empty() ? "" : ", ") + l;
+    H3_LOG_INFO(src, ": ", fp8_names.size(), " projections stored in FP8 (scales: ", list,
+                "); they run as FP8 GEMMs",
+                requantized ? str_cat("; ", requantized, " with 128x128 block scales quantized "
+                                      "again per channel (one more E4M3 rounding)")
+                            : std::string(),
+                input_scales ? "; static input scales not used (activations are scaled per token)"
+                             : "");
+  }
   auto take = [&](const std::string& name) { return loaded.at(name); };
+  auto scale_of = [&](const std::string& name) {
+    auto it = scales.find(name);
+    return it == scales.end() ? Tensor() : it->second;
+  };
   auto attention = [&](const std::string& p) {
     DitAttentionWeights a;
     a.to_q = take(p + "attn.to_q.weight");
@@ -208,12 +277,18 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     a.norm_q = take(p + "attn.norm_q.weight");
     a.norm_k = take(p + "attn.norm_k.weight");
     a.to_out = take(p + "attn.to_out.0.weight");
+    a.to_q_scale = scale_of(p + "attn.to_q.weight");
+    a.to_k_scale = scale_of(p + "attn.to_k.weight");
+    a.to_v_scale = scale_of(p + "attn.to_v.weight");
+    a.to_out_scale = scale_of(p + "attn.to_out.0.weight");
     return a;
   };
   auto feed_forward = [&](const std::string& p) {
     DitFeedForwardWeights ff;
     ff.fc_in = take(p + "ff.net.0.proj.weight");
     ff.fc_out = take(p + "ff.net.2.weight");
+    ff.fc_in_scale = scale_of(p + "ff.net.0.proj.weight");
+    ff.fc_out_scale = scale_of(p + "ff.net.2.weight");
     return ff;
   };
 
@@ -247,7 +322,11 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     b.ff = feed_forward(p);
     b.adaln_w = take(p + "adaln_proj.linear.weight");
     b.adaln_b = take(p + "adaln_proj.linear.bias");
-    if (gates_present > 0) b.attn.to_gate = take(dit_gate_spec(config, i).name);
+    b.adaln_scale = scale_of(p + "adaln_proj.linear.weight");
+    if (gates_present > 0) {
+      b.attn.to_gate = take(dit_gate_spec(config, i).name);
+      b.attn.to_gate_scale = scale_of(dit_gate_spec(config, i).name);
+    }
     w.blocks.push_back(std::move(b));
   }
   w.norm_out_norm = take("norm_out.norm.weight");
@@ -258,6 +337,7 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
   w.audio_proj_out_w = take("audio_proj_out.weight");
   w.audio_proj_out_b = take("audio_proj_out.bias");
   w.has_vsa_gates = gates_present > 0;
+  w.fp8_from_checkpoint = static_cast<int64_t>(fp8_names.size());
   // The streamed blocks' mmap views are replaced by pinned copies (the views go with `loaded`).
   if (policy.resident_blocks >= 0 && policy.resident_blocks < config.num_layers) {
     pin_blocks(w.blocks, policy.body_dtype, static_cast<size_t>(policy.resident_blocks));

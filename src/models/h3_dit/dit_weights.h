@@ -75,6 +75,9 @@ struct DitWeights {
   Tensor norm_out_w, norm_out_b;       // [2*hidden, time_embed_dim], rows [shift | scale]
   // True when every main block carries a FastH3 compression gate (§5.6).
   bool has_vsa_gates = false;
+  // Projections the checkpoint itself stores in FP8 (models/fp8_checkpoint.h): they run as FP8
+  // GEMMs whatever --dit-dtype says (widening them would not bring back what was rounded away).
+  int64_t fp8_from_checkpoint = 0;
   RuntimeLora proj_in_lora, audio_proj_in_lora, time_1_lora, time_2_lora, proj_out_lora,
       audio_proj_out_lora, context_lora, norm_out_lora;
 };

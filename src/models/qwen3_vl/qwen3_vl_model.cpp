@@ -3,10 +3,13 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/layer_stream.h"
 #include "core/status.h"
+#include "core/log.h"
 #include "io/device_loader.h"
+#include "models/fp8_checkpoint.h"
 #include "ops/fp8.h"
 #include "ops/ops.h"
 
@@ -23,10 +26,18 @@ void check_tensor(const io::Checkpoint& ckpt, const std::string& name, const Sha
            " from config.json");
 }
 
-// Reads `name`, checks its shape, converts to the compute dtype and moves it to the device.
+// Whether the checkpoint stores `name` in FP8 (models/fp8_checkpoint.h): such a projection stays
+// E4M3 (its scales are read after it), whatever the compute dtype.
+bool stored_fp8(const io::Checkpoint& ckpt, const std::string& name) {
+  return ckpt.has(name) && ckpt.info(name).dtype == DType::kF8E4M3;
+}
+
+// Reads `name`, checks its shape, converts to the compute dtype (FP8 stays FP8) and moves it to
+// the device.
 Tensor load_tensor(const io::Checkpoint& ckpt, const std::string& name, const Shape& shape,
                    DType dtype, Device device) {
   check_tensor(ckpt, name, shape);
+  if (stored_fp8(ckpt, name)) dtype = DType::kF8E4M3;
   if (device.is_cuda()) return io::load_tensor_to(ckpt, name, device, dtype);  // no CPU copy
   Tensor t = ckpt.tensor(name).to(dtype);
   // Own the bytes: a borrowed view would keep the whole mapping alive after release().
@@ -83,7 +94,8 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
   std::vector<io::LoadItem> items;
   auto want = [&](const std::string& name, const Shape& shape) {
     check_tensor(ckpt, name, shape);
-    if (device.is_cuda()) items.push_back({name, dtype});
+    if (device.is_cuda())
+      items.push_back({name, stored_fp8(ckpt, name) ? DType::kF8E4M3 : dtype});
   };
   auto take = [&](const std::string& name, const Shape& shape) {
     if (device.is_cuda()) return batch.at(name);
@@ -105,6 +117,28 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
       {"mlp.gate_proj.weight", {t.intermediate_size, hid}},
       {"mlp.up_proj.weight", {t.intermediate_size, hid}},
       {"mlp.down_proj.weight", {hid, t.intermediate_size}}};
+  // FP8 is read for the seven decoder projections only (what FP8 exports quantize).
+  for (const std::string& name : ckpt.names()) {
+    if (!stored_fp8(ckpt, name) || name.rfind(lm + "layers.", 0) != 0) continue;
+    bool projection = false;
+    for (const char* p : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                          "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+      const std::string suffix = std::string(".") + p;
+      projection = projection || (name.size() > suffix.size() &&
+                                  name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+    }
+    H3_CHECK(projection, ErrorCode::kUnsupported, ckpt.source(), ": tensor '", name,
+             "' is stored as F8_E4M3; FP8 is read for the decoder layers' q, k, v, o, gate, up "
+             "and down projections only");
+    H3_CHECK(!options.stream_layers, ErrorCode::kUnsupported, ckpt.source(), ": '", name,
+             "' is stored as F8_E4M3, and FP8 decoder layers are not streamed from host memory "
+             "(stream_conditioner): the layers stay resident");
+  }
+  for (const char* name : {"embed_tokens.weight"}) {
+    H3_CHECK(!stored_fp8(ckpt, lm + name), ErrorCode::kUnsupported, ckpt.source(), ": tensor '",
+             lm + name, "' is stored as F8_E4M3; FP8 is read for the decoder projections only");
+  }
   want(lm + "embed_tokens.weight", {t.vocab_size, hid});
   if (!options.stream_layers) {
     for (int64_t i = 0; i < config.tap_layers; ++i)
@@ -135,6 +169,34 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
     m.layers_.push_back(std::move(w));
   }
   batch.clear();
+  // Projections the checkpoint stores in FP8 get their scales (models/fp8_checkpoint.h).
+  int64_t requantized = 0;
+  for (size_t i = 0; i < m.layers_.size(); ++i) {
+    DecoderLayerWeights& w = m.layers_[i];
+    const std::string p = lm + "layers." + std::to_string(i) + ".";
+    for (auto [proj, scale, name] : {std::tuple{&w.q_proj, &w.q_scale, "self_attn.q_proj.weight"},
+                                     {&w.k_proj, &w.k_scale, "self_attn.k_proj.weight"},
+                                     {&w.v_proj, &w.v_scale, "self_attn.v_proj.weight"},
+                                     {&w.o_proj, &w.o_scale, "self_attn.o_proj.weight"},
+                                     {&w.gate_proj, &w.gate_scale, "mlp.gate_proj.weight"},
+                                     {&w.up_proj, &w.up_scale, "mlp.up_proj.weight"},
+                                     {&w.down_proj, &w.down_scale, "mlp.down_proj.weight"}}) {
+      if (proj->dtype() != DType::kF8E4M3) continue;
+      models::Fp8ProjectionNote note;
+      ops::Fp8Weight q = models::read_fp8_projection(ckpt, p + name, *proj, &note);
+      *proj = std::move(q.data);
+      *scale = std::move(q.scale);
+      ++m.fp8_from_checkpoint_;
+      requantized += note.requantized ? 1 : 0;
+    }
+  }
+  if (m.fp8_from_checkpoint_ > 0) {
+    H3_LOG_INFO(ckpt.source(), ": ", m.fp8_from_checkpoint_,
+                " decoder projections stored in FP8; they run as FP8 GEMMs",
+                requantized ? str_cat(" (", requantized, " with 128x128 block scales quantized "
+                                      "again per channel: one more E4M3 rounding)")
+                            : std::string());
+  }
   if (options.fp8) {
     // One tensor at a time: each float projection is released before the next is quantized.
     for (DecoderLayerWeights& w : m.layers_) {

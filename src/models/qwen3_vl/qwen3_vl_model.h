@@ -71,6 +71,8 @@ class Qwen3VlModel {
 
   const Qwen3VlConfig& config() const { return config_; }
   bool loaded() const { return loaded_; }
+  // Decoder projections the checkpoint itself stores in FP8 (models/fp8_checkpoint.h).
+  int64_t fp8_from_checkpoint() const { return fp8_from_checkpoint_; }
   bool has_vision() const { return vision_.loaded(); }
   // Adds the vision tower to a model loaded without it (`dir`: the text_encoder/ folder); the
   // text stack stays as it is, so a text-only engine that meets an image reads only the tower.
@@ -120,6 +122,7 @@ class Qwen3VlModel {
   DType dtype_ = DType::kF32;
   Device device_ = Device::cpu();
   bool loaded_ = false;
+  int64_t fp8_from_checkpoint_ = 0;
   Tensor embed_tokens_;  // [vocab, hidden]
   std::vector<DecoderLayerWeights> layers_;  // pinned host tensors when streamed
   VisionTower vision_;
