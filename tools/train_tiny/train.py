@@ -415,7 +415,7 @@ def save_part(out, part, model, cfg, log_record):
         json.dump(cfg, f, indent=2)
     # A resumed part keeps the record of the runs it continues, so the provenance counts every step.
     prev_path = os.path.join(d, "log.json")
-    if log_record.get("resumed") and os.path.isfile(prev_path):
+    if (log_record.get("resumed") or log_record.get("decoder_only")) and os.path.isfile(prev_path):
         with open(prev_path) as f:
             prev = json.load(f)
         earlier = prev.pop("earlier_runs", [])
@@ -705,13 +705,40 @@ def set_latent_stats(cfg, record, latents):
     record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
 
 
+def decoder_only_model(args, device, log):
+    """--decoder-only: the trained VAE's encoder, quant_conv and post_quant_conv, frozen except
+    post_quant_conv, under a fresh ViT decoder at the size preset's width and depth. The latent
+    space stays the one the DiT already learned, so a wider decoder can be tried (and the DiT kept)
+    at the cost of a decoder-only run. Returns the model, its config and what was kept."""
+    import torch
+
+    old, old_cfg = load_part(args.out, "vae", Ref.VideoVAE, "cpu")
+    cfg = dict(old_cfg)
+    preset = {k: v for k, v in SIZES[args.size]["vae"].items() if k.startswith("decoder_")}
+    cfg.update(preset)
+    vae = build(Ref.VideoVAE, cfg)
+    kept = sorted({k.split(".")[0] for k in old.state_dict() if not k.startswith("decoder.")})
+    state = {k: v for k, v in old.state_dict().items() if not k.startswith("decoder.")}
+    missing, unexpected = vae.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith("decoder.") for k in missing), (missing, unexpected)
+    for name, p in vae.named_parameters():
+        p.requires_grad = name.startswith("decoder.") or name.startswith("post_quant_conv.")
+    log("vae: decoder only: kept %s of the trained VAE, a fresh decoder with %s" % (kept, preset))
+    del old
+    torch.cuda.empty_cache()
+    return vae.to(device), cfg, kept
+
+
 def part_vae(args, log):
     import numpy as np
     import torch
 
     device = "cuda"
     seed_all(args.seed)
-    vae, cfg = part_model(args, "vae", Ref.VideoVAE, device)
+    if args.decoder_only:
+        vae, cfg, kept = decoder_only_model(args, device, log)
+    else:
+        vae, cfg = part_model(args, "vae", Ref.VideoVAE, device)
     n_train = 32 if args.smoke else None
     train = load_clips(args.data, "train", n_train)
     held = load_clips(args.data, "heldout", 4 if args.smoke else 24)
@@ -720,15 +747,17 @@ def part_vae(args, log):
     n = frames.shape[0]
     steps = min(args.steps, 4) if args.smoke else args.steps
     batch = 2 if args.smoke else args.batch
-    opt = torch.optim.AdamW(vae.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    trained = [p for p in vae.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
     rng = np.random.RandomState(args.seed)
-    params = sum(p.numel() for p in vae.parameters())
+    params = sum(p.numel() for p in trained)
     log("vae: %d parameters, %d training clips, %d steps of %d clips, config %s" % (
         params, n, steps, batch, {k: cfg[k] for k in SIZES["train"]["vae"]}))
     record = {"part": "vae", "seed": args.seed, "steps": steps, "batch": batch, "lr": args.lr,
               "kl_weight": args.kl, "fg_weight": args.fg_weight, "train_clips": n,
-              "data_seed": train["seed"], "params": params, "env": env_record(), "resumed": bool(args.resume), "log": []}
-    if args.resume:
+              "data_seed": train["seed"], "params": params, "env": env_record(), "resumed": bool(args.resume),
+              "decoder_only": bool(args.decoder_only), "log": []}
+    if args.resume or args.decoder_only:
         vae.eval()
         record["probe_before"] = video_probe(vae, held, device)
         log("vae: held-out reconstructions before this run keep %s" % record["probe_before"])
@@ -740,8 +769,9 @@ def part_vae(args, log):
             break
         idx = torch.from_numpy(rng.randint(0, n, size=batch)).to(device)
         x, x01 = to_pixels(frames[idx], device)
-        post = vae.encode(x).latent_dist
-        z = post.mean + post.std * torch.randn_like(post.mean)
+        with torch.set_grad_enabled(not args.decoder_only):
+            post = vae.encode(x).latent_dist
+            z = post.mean + post.std * torch.randn_like(post.mean)
         y01 = from_pixels(vae.decode(z).sample, device)
         # Object pixels (anything not the clip's plain background) weigh more: a small shape would
         # otherwise be the cheapest thing to blur away.
@@ -767,8 +797,13 @@ def part_vae(args, log):
     log("vae: held-out reconstruction PSNR %.2f dB (posterior mode)" % record["heldout_psnr"])
     record["probe"] = video_probe(vae, held, device)
     log("vae: held-out reconstructions keep %s" % record["probe"])
-    set_latent_stats(cfg, record, (vae.encode(to_pixels(frames[s:s + args.batch], device)[0]).latent_dist.mode()
-                                   for s in range(0, n, args.batch)))
+    if args.decoder_only:
+        # The encoder did not change: its latents' statistics (and the DiT trained on them) stand.
+        record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
+        record["kept_from_earlier_vae"] = kept
+    else:
+        set_latent_stats(cfg, record, (vae.encode(to_pixels(frames[s:s + args.batch], device)[0]).latent_dist.mode()
+                                       for s in range(0, n, args.batch)))
     log("vae: latents mean in [%.3f, %.3f], std in [%.3f, %.3f]" % (
         min(cfg["latents_mean"]), max(cfg["latents_mean"]), min(cfg["latents_std"]), max(cfg["latents_std"])))
     save_part(args.out, "vae", vae, cfg, record)
@@ -1366,6 +1401,8 @@ def main(argv):
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--kl", type=float, default=None, help="KL weight (VAEs; KL is a mean per latent element)")
+    ap.add_argument("--decoder-only", action="store_true",
+                    help="vae: keep WORK/parts/vae's encoder (and latent space), train a fresh decoder at --size")
     ap.add_argument("--fg-weight", type=float, default=4.0, help="extra loss weight of object pixels (vae)")
     ap.add_argument("--audio-crop", type=int, default=20, help="audio_vae: training crop in latent frames (800 samples)")
     ap.add_argument("--audio-l1", type=float, default=5.0, help="waveform L1 weight next to the STFT loss")
