@@ -188,10 +188,11 @@ int run_bench_dit(const std::vector<std::string>& args) {
     j["unsupported"] = r.unsupported;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("h3 bench dit: %s, %s attention, %s, %lld blocks, hidden %lld, %lld x %lld heads, "
+    std::printf("h3 bench dit: %s, %s attention, %s%s, %lld blocks, hidden %lld, %lld x %lld heads, "
                 "FFN %lld\n",
                 o.device.str().c_str(), dit::attention_backend_name(o.attention),
-                dit::precision_name(o.precision), static_cast<long long>(o.blocks),
+                dit::precision_name(o.precision), o.fp8 ? " with FP8 projections" : "",
+                static_cast<long long>(o.blocks),
                 static_cast<long long>(o.hidden), static_cast<long long>(o.heads),
                 static_cast<long long>(o.head_dim), static_cast<long long>(o.ffn));
     std::printf("rows: %lld = %lld text + %lld cond + %lld audio + %lldx%lldx%lld video\n",

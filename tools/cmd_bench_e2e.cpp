@@ -257,6 +257,9 @@ int run_bench_e2e(const std::vector<std::string>& args) {
     g["packed_rows"] = values.value("packed_rows", int64_t{0});
     g["device"] = dev.str();
     g["attention"] = values.value("attention", std::string());
+    // FP8 weights (--dit-dtype / --text-encoder-dtype fp8, or an FP8 checkpoint) say so here.
+    for (const char* key : {"dit_dtype", "text_encoder_dtype"})
+      if (values.contains(key)) g[key] = values[key];
     nlohmann::json graphs;
     graphs["state"] = values.value("cuda_graphs", std::string());
     graphs["captures"] = values.value("cuda_graph_captures", int64_t{0});
@@ -283,10 +286,13 @@ int run_bench_e2e(const std::vector<std::string>& args) {
     all.push_back(g);
 
     if (!b.json) {
-      std::printf("generation %lld (%s), seed %llu, %s, %s%s\n", static_cast<long long>(k),
+      std::string fp8;
+      if (g.contains("dit_dtype")) fp8 += ", DiT projections in FP8";
+      if (g.contains("text_encoder_dtype")) fp8 += ", conditioner projections in FP8";
+      std::printf("generation %lld (%s), seed %llu, %s, %s%s%s\n", static_cast<long long>(k),
                   k == 0 ? "first" : "warm", static_cast<unsigned long long>(req.seed),
                   dev.str().c_str(), settings.describe().c_str(),
-                  random ? ", random weights" : "");
+                  random ? ", random weights" : "", fp8.c_str());
       std::printf("  %-26s %12s %10s\n", "stage", "ms", "GB/s");
       for (const auto& [name, ms] : st.ms) {
         const auto it = st.load_gbps.find(name);

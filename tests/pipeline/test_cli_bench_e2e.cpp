@@ -60,6 +60,16 @@ TEST_F(BenchE2eCli, JsonHasEveryStageAndTheWarmGenerationLoadsNothing) {
   EXPECT_FALSE(runs[1].at("stages").contains("load transformer"));
 }
 
+// FP8 weights are named in the JSON, so two runs side by side say which is which.
+TEST_F(BenchE2eCli, JsonNamesFp8Weights) {
+  H3_REQUIRE_BIN();
+  const nlohmann::json fp8 = run_json("--repeat 1 --dit-dtype fp8 --text-encoder-dtype fp8");
+  EXPECT_EQ(fp8.at(0).value("dit_dtype", std::string()), "fp8") << fp8.dump();
+  EXPECT_EQ(fp8.at(0).value("text_encoder_dtype", std::string()), "fp8") << fp8.dump();
+  const nlohmann::json plain = run_json("--repeat 1");
+  EXPECT_FALSE(plain.at(0).contains("dit_dtype")) << plain.dump();
+}
+
 TEST_F(BenchE2eCli, TableNamesTheStagesAndThePlan) {
   H3_REQUIRE_BIN();
   const RunResult r = run_h3(base() + " --repeat 1");
