@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "models/fp8_checkpoint.h"
 #include "models/schema.h"
 #include "models/video_vae/video_vae_config.h"
 #include "models/video_vae/video_vae_decoder.h"
@@ -428,6 +429,9 @@ std::string alternative_text(const PlanAlternative& a, int64_t num_blocks) {
 struct Counted {
   WorkflowNeeds need;
   std::string dit_name;
+  // FP8 projections (the dtype flags, or stored so in the checkpoint): counted at one byte, and
+  // their component is not streamed.
+  bool dit_fp8 = false, cond_fp8 = false;
   Inventory cond, dit, vae, avae;
   struct Stage {
     const char* name;
@@ -498,7 +502,7 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
       models::kQwen3VlTapLayers, cfg_int(cfg_obj(te_cfg, "text_config"), "num_hidden_layers", 64));
   const uint64_t cond_es = o.conditioner_bf16 ? 2 : 4;
   c.cond = inventory(repo, "text_encoder",
-                     [&](const std::string& t, const io::TensorInfo&, int64_t* unit) -> uint64_t {
+                     [&](const std::string& t, const io::TensorInfo& info, int64_t* unit) -> uint64_t {
                        if (starts_with(t, "model.language_model.embed_tokens.")) return cond_es;
                        const int64_t layer = unit_index(t, "model.language_model.layers.");
                        if (layer >= 0) {
@@ -506,13 +510,17 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
                          *unit = layer;
                          // FP8 projections: one byte per value (scales, 4 bytes per row of
                          // 5,120 or more values, left to the headroom as for the DiT).
-                         if (o.conditioner_fp8 &&
+                         std::string weight;
+                         if (models::is_fp8_companion(t, &weight)) return 4;  // float32 scales
+                         if ((o.conditioner_fp8 || info.dtype == DType::kF8E4M3) &&
                              ends_with_any(t,
                                            {".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
                                             ".self_attn.v_proj.weight", ".self_attn.o_proj.weight",
                                             ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
-                                            ".mlp.down_proj.weight"}))
+                                            ".mlp.down_proj.weight"})) {
+                           c.cond_fp8 = true;
                            return 1;
+                         }
                          return cond_es;
                        }
                        if (need.vision && starts_with(t, "model.visual.") &&
@@ -534,7 +542,7 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
   const uint64_t dit_es = o.dit_bf16 ? 2 : 4;
   c.dit =
       inventory(repo, c.dit_name,
-                [&](const std::string& t, const io::TensorInfo&, int64_t* unit) -> uint64_t {
+                [&](const std::string& t, const io::TensorInfo& info, int64_t* unit) -> uint64_t {
                   const std::string first = t.substr(0, t.find('.'));
                   if (first == "proj_in" || first == "audio_proj_in" || first == "time_embedder" ||
                       first == "proj_out" || first == "audio_proj_out")
@@ -543,7 +551,12 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
                   // FP8 projections: one byte per value; their float32 scales (4 bytes per row
                   // of at least 3,072 values at the released width, under 0.15 %) are left to
                   // the plan's headroom.
-                  if (o.dit_fp8 && is_block_projection(t)) return 1;
+                  std::string weight;
+                  if (models::is_fp8_companion(t, &weight)) return 4;  // float32 scales
+                  if ((o.dit_fp8 || info.dtype == DType::kF8E4M3) && is_block_projection(t)) {
+                    c.dit_fp8 = true;
+                    return 1;
+                  }
                   return dit_es;
                 });
   // Video VAE (video_vae_weights.cpp): float32, except the decoder's GEMM operands under the fp16
@@ -843,6 +856,10 @@ MemoryPlan plan_memory(const io::Repository& repo, const PlanOptions& o) {
       plan.host_available > plan.host_reserve ? plan.host_available - plan.host_reserve : 0;
 
   const Counted c = count(repo, o, plan.device_free);
+  // A checkpoint that stores FP8 projections plans as the dtype flags would: resident.
+  PlanOptions with_fp8 = o;
+  with_fp8.dit_fp8 = o.dit_fp8 || c.dit_fp8;
+  with_fp8.conditioner_fp8 = o.conditioner_fp8 || c.cond_fp8;
   plan.components = {
       {"conditioner", "text_encoder", Placement::kDevice, c.cond.run(), c.cond.run(), 0, 0,
        c.cond.file},
@@ -855,7 +872,7 @@ MemoryPlan plan_memory(const io::Repository& repo, const PlanOptions& o) {
     p.work_bytes = std::max(p.work_bytes, s.work);
   }
   plan.dit_num_blocks = c.dit_blocks();
-  plan.alternatives = alternatives_of(c, o, plan, host_room);
+  plan.alternatives = alternatives_of(c, with_fp8, plan, host_room);
 
   // The decision: the first possible alternative that fits. CPU plans are never refused (weights
   // stored in their run dtype are borrowed from the mapped files, which the OS can page): without a
@@ -876,8 +893,8 @@ MemoryPlan plan_memory(const io::Repository& repo, const PlanOptions& o) {
     if (!chosen) chosen = &plan.alternatives.front();
   }
   const PlanAlternative picked = *chosen;
-  lay_out(plan, c, o, picked);
-  plan.reason = explain(plan, c, o, picked, host_room);
+  lay_out(plan, c, with_fp8, picked);
+  plan.reason = explain(plan, c, with_fp8, picked, host_room);
   return plan;
 }
 

@@ -2,11 +2,15 @@
 // exact headers over sparse files) and injected device and host sizes (PlanOptions overrides).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
+#include "io/safetensors.h"
 #include "models/tiny_model.h"
 #include "pipeline/memory_plan.h"
+#include "support/fp8_files.h"
 #include "support/temp_dir.h"
 
 namespace h3::pipeline {
@@ -124,6 +128,57 @@ TEST_F(MemoryPlanTest, Fp8DitCountsProjectionsAtOneByte) {
   EXPECT_EQ(f, b - projections);
   EXPECT_EQ(fp8.decision, PlanDecision::kResident) << fp8.reason;
   EXPECT_LT(fp8.peak_bytes, bf16.peak_bytes);
+}
+
+// A transformer that stores its block projections in FP8 (models/fp8_checkpoint.h) plans as
+// --dit-dtype fp8 does: one byte per projection value (its scale tensors counted too), resident
+// blocks only.
+TEST_F(MemoryPlanTest, StoredFp8DitPlansAsTheDtypeFlag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = dir_->path() / "fp8_stored";
+  fs::create_directories(dir / "transformer");
+  for (const auto& e : fs::directory_iterator(released_)) {
+    if (e.path().filename() == "transformer") continue;
+    if (e.is_directory())
+      fs::create_directory_symlink(e.path(), dir / e.path().filename());
+    else
+      fs::copy_file(e.path(), dir / e.path().filename());
+  }
+  fs::copy_file(fs::path(released_) / "transformer" / "config.json",
+                dir / "transformer" / "config.json");
+  const io::Checkpoint ck = io::Checkpoint::open(released_ + "/transformer");
+  std::vector<io::TensorInfo> infos;
+  uint64_t scale_values = 0;
+  for (const std::string& name : ck.names()) {
+    io::TensorInfo info = ck.info(name);
+    const bool projection = test::is_dit_projection(name) ||
+                            name.find("to_gate_compress.weight") != std::string::npos;
+    if (projection) info.dtype = DType::kF8E4M3;
+    infos.push_back(info);
+    if (projection) {
+      infos.push_back({test::weight_stem(name) + ".weight_scale", DType::kF32, {info.shape[0]}});
+      scale_values += static_cast<uint64_t>(info.shape[0]);
+    }
+  }
+  io::write_safetensors_sparse((dir / "transformer" / "diffusion_pytorch_model.safetensors").string(),
+                               infos);
+  const io::Repository stored_repo = io::Repository::open(dir.string());
+  const io::Repository bf16_repo = io::Repository::open(released_);
+  for (uint64_t device_gib : {140, 80}) {
+    const MemoryPlan stored = plan_memory(stored_repo, cuda(device_gib));
+    PlanOptions o = cuda(device_gib);
+    o.dit_fp8 = true;
+    const MemoryPlan flag = plan_memory(bf16_repo, o);
+    // The stored float32 scales are counted beside the values (4 bytes each).
+    EXPECT_EQ(stored.find("transformer")->full_bytes,
+              flag.find("transformer")->full_bytes + 4 * scale_values)
+        << device_gib;
+    EXPECT_EQ(stored.decision, flag.decision) << describe(stored) << "\n" << describe(flag);
+    const PlanAlternative* offload = stored.alternative(PlanDecision::kCpuOffload);
+    ASSERT_NE(offload, nullptr);
+    EXPECT_FALSE(offload->possible) << "FP8 blocks are never streamed";
+  }
+  EXPECT_EQ(plan_memory(stored_repo, cuda(140)).decision, PlanDecision::kResident);
 }
 
 // Issue #15: with the DiT and the conditioner in FP8 the released model is resident on an 80 GiB
