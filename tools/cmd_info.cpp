@@ -105,6 +105,10 @@ void print_text(const h3::models::RepositoryReport& r) {
                       k.missing.size(), k.unexpected.size(), k.misshapen.size(),
                       k.bad_dtype.size());
         }
+        if (k.fp8_weights > 0) {
+          std::printf(" (%lld projections in FP8 with their scales)",
+                      static_cast<long long>(k.fp8_weights));
+        }
         if (k.skipped > 0) {
           std::printf(" (%lld stored but not loaded; the engine uses %s params)",
                       static_cast<long long>(k.skipped), human_params(c.used_params).c_str());

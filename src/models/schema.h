@@ -75,7 +75,8 @@ struct SchemaCheck {
   std::vector<TensorMismatch> dtype_warnings;  // float dtype differs from the release's
   int64_t matched = 0;                         // tensors present with the expected shape
   int64_t skipped = 0;                         // matched tensors the engine does not load
-  int64_t fp8_scales = 0;  // scales beside FP8 weights (models/fp8_checkpoint.h), not unexpected
+  int64_t fp8_weights = 0;  // matched weights stored in FP8 with their scales
+  int64_t fp8_scales = 0;   // scales beside FP8 weights (models/fp8_checkpoint.h), not unexpected
   bool ok() const {
     return missing.empty() && unexpected.empty() && misshapen.empty() && bad_dtype.empty();
   }

@@ -161,6 +161,8 @@ TEST_F(DitFp8Test, PerChannelCheckpointLoadsAsTheQuantizedModel) {
       models::check_schema(models::dit_schema(nlohmann::json::parse(cf), "config.json"), ck);
   EXPECT_TRUE(sc.ok()) << (sc.unexpected.empty() ? std::string() : sc.unexpected[0]);
   EXPECT_EQ(sc.fp8_scales, 2 * m.weights().fp8_from_checkpoint);  // weight_scale + input_scale
+  EXPECT_EQ(sc.fp8_weights, m.weights().fp8_from_checkpoint);
+  EXPECT_TRUE(sc.dtype_warnings.empty()) << sc.dtype_warnings.size() << " warnings";
 }
 
 // One scale per tensor (ModelOpt, ComfyUI: `weight_scale` []) becomes that scale on every channel:
