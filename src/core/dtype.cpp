@@ -178,6 +178,7 @@ void store_from_double(void* data, DType t, size_t i, double v) {
 }
 
 void convert_elements(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (n == 0) return;  // empty tensors may have no storage: memcpy(null, null, 0) is undefined
   if (st == dt) {
     std::memcpy(dst, src, n * dtype_size(st));
     return;
