@@ -14,11 +14,13 @@
 #   6. "vsa": the VSA tests (unless "tests" runs too), then `h3 bench vsa` at tiles 64 and 256 and
 #      under the settings H3_VSA_ENVS lists; with H3_NCU=1 also a Nsight Compute profile of the
 #      fine kernel.
-#   7. "fp8": the Fp8 backend-ops cases (unless "tests" runs), `h3 bench fp8` (each layer with
-#      its activation quantization and the GEMM alone), and `h3 bench dit` in bf16 and FP8: the
+#   7. "fp8": the Fp8 backend-ops cases and the fusion switches (unless "tests" runs), `h3 bench
+#      fp8` (each layer with its activation quantization, the GEMM alone and with a bias; with
+#      H3_FP8_SEARCH=N, cuBLASLt's configurations searched), and `h3 bench dit` in bf16 and FP8: the
 #      FastH3 block (VSA 0.9, tile 64, gates) and the dense one (H3_FP8_DENSE=0 leaves it out).
+#   8. "vaeload": each VAE's decoder loaded alone from the page cache, with its phases.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
+# "fp8", "vaeload"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
 # per --dit-dtype.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,10 +153,26 @@ print('  dense: %d forwards, denoise %.0f ms = %.2f s per forward, %.2f ms/block
 " "$out/e2e_dense.json" 2>&1 | tee -a "$summary"
   fi
 fi
+# The two VAEs' loads alone ("vaeload"), decoder only, from the page cache, as a generation's
+# first load: `h3 bench load --component` with the phases of each load (random weights filled).
+if [[ " $steps " == *" vaeload "* ]] && [ -x "$bin/h3" ]; then
+  model=${H3_E2E_MODEL:-/tmp/h3-released-fasth3}
+  [ -d "$model" ] || "$bin/h3" make-tiny --released-shapes --fasth3 "$model" >"$out/make_released.log" 2>&1
+  for c in audio_vae vae; do
+    run load_$c 180 "$bin/h3" bench load --component "$model/$c" --repeat 5 --random-weights
+    grep -E "^  load [0-9]|^best" "$out/load_$c.log" | sed "s/^/$c /" | tee -a "$summary"
+    grep -E "VAE load" "$out/load_$c.log" | tail -2 | cut -c1-600 | sed "s/^/$c /" | tee -a "$summary"
+  done
+fi
 if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
-  [[ " $steps " == *" tests "* ]] || run ops_fp8 120 "$bin/h3_backend_ops" --gtest_filter='*Fp8*'
-  run bench_fp8 240 "$bin/h3" bench fp8
-  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four)" "$out/bench_fp8.log" | tee -a "$summary"
+  if [[ " $steps " != *" tests "* ]]; then
+    run ops_fp8 120 "$bin/h3_backend_ops" --gtest_filter='*Fp8*:*fill_random*'
+    run gpu_fp8 120 "$bin/h3_gpu_tests" --gtest_filter='CudaFusion.*:GpuFp8*'
+  fi
+  # H3_FP8_SEARCH=N also times up to N cuBLASLt configurations per GEMM (`--search N`).
+  search=(); [ -n "${H3_FP8_SEARCH:-}" ] && search=(--search "$H3_FP8_SEARCH")
+  run bench_fp8 420 "$bin/h3" bench fp8 "${search[@]}"
+  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)" "$out/bench_fp8.log" | tee -a "$summary"
   for dt in bf16 fp8; do
     run dit_fasth3_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa \
       --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt

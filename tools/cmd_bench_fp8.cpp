@@ -73,7 +73,7 @@ int run_bench_fp8(const std::vector<std::string>& args) {
   int64_t rows = 37966;
   int iters = 10, warmup = 3;
   bool json = false;
-  int algos = 0;
+  int algos = 0, search = 0;
   ops::Fp8ActScaling act = ops::Fp8ActScaling::kPerToken;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
@@ -84,7 +84,7 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     if (f == "--help" || f == "-h") {
       std::printf(
           "usage: h3 bench fp8 [--rows M] [--act token|tensor] [--iters N] [--warmup N] "
-          "[--algos N] [--json]\n\n"
+          "[--algos N] [--search N] [--json]\n\n"
           "Times the DiT block's linear layers at the released width (qkv 5376->21504, attn_out\n"
           "7168->5376, ffn_in 5376->28672, ffn_out 14336->5376) for M rows (default 37966: "
           "1344x768x124)\n"
@@ -93,7 +93,9 @@ int run_bench_fp8(const std::vector<std::string>& args) {
           "per tensor as the layer runs, included in the time), the FP8 GEMM alone (activations\n"
           "quantized beforehand), and the FP8 output's relative L2 error against bf16 on the\n"
           "first 256 rows. --algos N also times cuBLASLt's first N heuristic choices for each GEMM\n"
-          "(the engine runs the first), with and without fast accumulation. Needs a CUDA device.\n");
+          "(the engine runs the first), with and without fast accumulation. --search N times up\n"
+          "to N configurations cuBLASLt accepts for each GEMM (algorithm, tile, stages, cluster,\n"
+          "swizzle; float32 promotion kept) and prints the five fastest. Needs a CUDA device.\n");
       return 0;
     }
     if (f == "--rows")
@@ -106,6 +108,8 @@ int run_bench_fp8(const std::vector<std::string>& args) {
       warmup = static_cast<int>(parse_int(f, value(), 0, 1000));
     else if (f == "--algos")
       algos = static_cast<int>(parse_int(f, value(), 1, 64));
+    else if (f == "--search")
+      search = static_cast<int>(parse_int(f, value(), 1, 100000));
     else if (f == "--json")
       json = true;
     else
@@ -117,9 +121,9 @@ int run_bench_fp8(const std::vector<std::string>& args) {
   nlohmann::json out = {
       {"rows", rows}, {"act", ops::fp8_act_scaling_name(act)}, {"shapes", nlohmann::json::array()}};
   if (!json)
-    std::printf("%-9s %6s %6s | %9s %8s | %9s %8s | %7s | %9s %8s | %9s\n", "layer", "K", "N",
-                "bf16 ms", "TFLOP/s", "fp8 ms", "TFLOP/s", "speedup", "gemm ms", "TFLOP/s",
-                "rel_l2");
+    std::printf("%-9s %6s %6s | %9s %8s | %9s %8s | %7s | %9s %8s | %11s | %9s\n", "layer", "K",
+                "N", "bf16 ms", "TFLOP/s", "fp8 ms", "TFLOP/s", "speedup", "gemm ms", "TFLOP/s",
+                "+bias ms", "rel_l2");
   double bf16_total = 0.0, fp8_total = 0.0, gemm_total = 0.0;
   for (const Shape2& s : kShapes) {
     Tensor x = Tensor::empty({rows, s.k}, h3::DType::kBF16, dev);
@@ -136,6 +140,13 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     // projections of one x (or a quantization fused into the kernel that makes x).
     const ops::Fp8Activation xq = ops::quantize_activation_fp8(x, act);
     const double gemm_ms = median_ms(warmup, iters, [&] { (void)ops::linear_fp8(xq, wq, nullptr); });
+    // With a bf16 bias, as the DiT's projections have one: in the GEMM's epilogue where cuBLASLt
+    // has that kernel (the `bias_in_epilogue` field says whether it did).
+    Tensor bias = Tensor::empty({s.n}, h3::DType::kBF16, dev);
+    ops::fill_random(bias, 3, 0.0f, 0.02f);
+    const double bias_ms = median_ms(warmup, iters, [&] { (void)ops::linear_fp8(xq, wq, &bias); });
+    const bool bias_epilogue = ops::cuda::linear_fp8_bias_in_epilogue(
+        rows, s.n, s.k, h3::DType::kBF16, h3::DType::kBF16, dev.index);
     nlohmann::json sweep = nlohmann::json::array();
     for (bool fast : {false, true}) {
       if (algos == 0) break;
@@ -147,10 +158,33 @@ int run_bench_fp8(const std::vector<std::string>& args) {
                          {"tile", t.tile}, {"stages", t.stages}, {"split_k", t.split_k},
                          {"cluster", t.cluster}});
         if (!json)
-          std::printf("  %s algo %2d%s: %8.3f ms %7.1f TFLOP/s (tile %d, stages %d, split-k %d, "
-                      "cluster %d)\n",
-                      s.name, t.index, fast ? " fast-accum" : "", t.ms, tf, t.tile, t.stages,
-                      t.split_k, t.cluster);
+          std::printf("  %s algo %2d%s: %8.3f ms %7.1f TFLOP/s (algo %d, tile %d, stages %d, "
+                      "split-k %d, cluster %d, swizzle %d, custom %d)\n",
+                      s.name, t.index, fast ? " fast-accum" : "", t.ms, tf, t.algo_id, t.tile,
+                      t.stages, t.split_k, t.cluster, t.swizzle, t.custom);
+      }
+    }
+    nlohmann::json searched = nlohmann::json::array();
+    if (search > 0) {
+      ops::cuda::Fp8SearchStats ss;
+      const std::vector<ops::cuda::Fp8AlgoTiming> found =
+          ops::cuda::search_linear_fp8(xq, wq, search, std::max(iters, 3), &ss);
+      if (!json)
+        std::printf("  %s search: %d heuristic choices, %d algorithm ids, %d configurations tried, "
+                    "%d accepted (first refusal: status %d), %zu timed\n",
+                    s.name, ss.heuristic, ss.ids, ss.tried, ss.accepted, ss.first_refusal,
+                    found.size());
+      for (size_t i = 0; i < found.size(); ++i) {
+        const ops::cuda::Fp8AlgoTiming& t = found[i];
+        const double tf = flops / t.ms * 1e-9;
+        searched.push_back({{"ms", t.ms}, {"tflops", tf}, {"algo_id", t.algo_id}, {"tile", t.tile},
+                            {"stages", t.stages}, {"cluster", t.cluster}, {"swizzle", t.swizzle},
+                            {"custom", t.custom}});
+        if (!json && i < 5)
+          std::printf("  %s config %zu of %zu: %8.3f ms %7.1f TFLOP/s (algo %d, tile %d, stages %d, "
+                      "cluster %d, swizzle %d, custom %d)\n",
+                      s.name, i + 1, found.size(), t.ms, tf, t.algo_id, t.tile, t.stages,
+                      t.cluster, t.swizzle, t.custom);
       }
     }
     const Tensor xs = x.slice(0, 0, std::min<int64_t>(rows, 256));
@@ -169,12 +203,17 @@ int run_bench_fp8(const std::vector<std::string>& args) {
                              {"fp8_tflops", fp8_tf},
                              {"fp8_gemm_ms", gemm_ms},
                              {"fp8_gemm_tflops", gemm_tf},
+                             {"fp8_gemm_bias_ms", bias_ms},
+                             {"bias_in_epilogue", bias_epilogue},
                              {"algos", sweep},
+                             {"search", searched},
                              {"rel_l2_vs_bf16", err}});
     if (!json)
-      std::printf("%-9s %6lld %6lld | %9.3f %8.1f | %9.3f %8.1f | %6.2fx | %9.3f %8.1f | %9.2e\n",
-                  s.name, static_cast<long long>(s.k), static_cast<long long>(s.n), bf16_ms,
-                  bf16_tf, fp8_ms, fp8_tf, bf16_ms / fp8_ms, gemm_ms, gemm_tf, err);
+      std::printf(
+          "%-9s %6lld %6lld | %9.3f %8.1f | %9.3f %8.1f | %6.2fx | %9.3f %8.1f | %8.3f %s | %9.2e\n",
+          s.name, static_cast<long long>(s.k), static_cast<long long>(s.n), bf16_ms, bf16_tf,
+          fp8_ms, fp8_tf, bf16_ms / fp8_ms, gemm_ms, gemm_tf, bias_ms, bias_epilogue ? "e" : "f",
+          err);
   }
   out["bf16_ms"] = bf16_total;
   out["fp8_ms"] = fp8_total;
@@ -182,7 +221,9 @@ int run_bench_fp8(const std::vector<std::string>& args) {
   if (json)
     std::printf("%s\n", out.dump(2).c_str());
   else
-    std::printf("all four: bf16 %.3f ms, fp8 %.3f ms (%.2fx), fp8 GEMMs alone %.3f ms (%.2fx)\n",
+    std::printf("all four: bf16 %.3f ms, fp8 %.3f ms (%.2fx), fp8 GEMMs alone %.3f ms (%.2fx)\n"
+                "(+bias ms: the GEMM alone with a bf16 bias; e = added in its epilogue, f = through "
+                "a float32 accumulator)\n",
                 bf16_total, fp8_total, bf16_total / fp8_total, gemm_total,
                 bf16_total / gemm_total);
   return 0;

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -141,32 +144,99 @@ void pread_exact(int fd, uint8_t* dst, size_t n, uint64_t offset, const std::str
   }
 }
 
-// Reads n bytes with up to `threads` parallel preads (a hot page cache copies faster from
-// several cores; a cold disk sees the same sequential range split into a few requests).
-void pread_parallel(int fd, uint8_t* dst, size_t n, uint64_t offset, int threads,
-                    const std::string& path, const std::string& label) {
-  constexpr size_t kMinPiece = size_t{4} << 20;
-  const size_t pieces = std::clamp<size_t>(n / kMinPiece, 1, static_cast<size_t>(std::max(threads, 1)));
-  if (pieces == 1) return pread_exact(fd, dst, n, offset, path, label);
-  const size_t step = (n / pieces + 4095) & ~size_t{4095};
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> errors(pieces);
-  for (size_t p = 0; p < pieces; ++p) {
-    const size_t b = p * step;
-    if (b >= n) break;
-    const size_t len = std::min(step, n - b);
-    pool.emplace_back([&, p, b, len] {
-      try {
-        pread_exact(fd, dst + b, len, offset + b, path, label);
-      } catch (...) {
-        errors[p] = std::current_exception();
-      }
-    });
+// The reader threads of every load in the process, started once and kept: a load reads its
+// chunks as pieces on them, several chunks in flight, instead of starting threads per chunk and
+// waiting for the slowest piece of each before the next (both cost a small component from the
+// page cache a sizeable part of its load). Grows to the largest reader count asked for.
+class ReaderPool {
+ public:
+  using Job = std::function<void()>;
+  static ReaderPool& get() {
+    static ReaderPool* pool = new ReaderPool();  // never destroyed: workers may outlive statics
+    return *pool;
   }
-  for (auto& t : pool) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+  void ensure(int threads) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (; started_ < threads; ++started_) std::thread([this] { work(); }).detach();
+  }
+  void submit(Job job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !jobs_.empty(); });
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  int started_ = 0;
+};
+
+// One chunk's reads on the pool: its pieces count down, the first error is kept.
+class ChunkReads {
+ public:
+  void start(int fd, uint8_t* dst, size_t n, uint64_t offset, int threads, const std::string& path,
+             const std::string& label) {
+    // Pieces of at least 4 MiB: a hot page cache copies faster from several cores, a cold disk
+    // sees the same sequential range split into a few requests.
+    constexpr size_t kMinPiece = size_t{4} << 20;
+    const size_t pieces =
+        std::clamp<size_t>(n / kMinPiece, 1, static_cast<size_t>(std::max(threads, 1)));
+    const size_t step = (n / pieces + 4095) & ~size_t{4095};
+    std::vector<std::pair<size_t, size_t>> parts;
+    for (size_t b = 0; b < n; b += step) parts.emplace_back(b, std::min(step, n - b));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = parts.size();
+      error_ = nullptr;
+    }
+    ReaderPool& pool = ReaderPool::get();
+    pool.ensure(threads);
+    for (const auto& [b, len] : parts) {
+      pool.submit([this, fd, dst, b = b, len = len, offset, &path, &label] {
+        std::exception_ptr err;
+        try {
+          pread_exact(fd, dst + b, len, offset + b, path, label);
+        } catch (...) {
+          err = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        if (err && !error_) error_ = err;
+        if (--pending_ == 0) cv_.notify_all();
+      });
+    }
+  }
+  // Waits for every piece; rethrows the first error unless `quiet`.
+  void wait(bool quiet = false) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return pending_ == 0; });
+    if (error_ && !quiet) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t pending_ = 0;
+  std::exception_ptr error_;
+};
 
 // A range of the file read as a whole: spans [first, last) of the sorted list.
 struct Range {
@@ -225,8 +295,15 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
   }
   Fd fd(path);
   auto t0 = Clock::now();
-  const int readers = mostly_cached(fd.get(), ranges)
-                          ? std::max(options.reader_threads, options.cached_reader_threads)
+  uint64_t total = 0;
+  for (const Range& r : ranges) total += r.end - r.begin;
+  // A small load takes the cached count without asking: the probe (a page-cache lookup per page)
+  // costs milliseconds, a sizeable part of such a load from the cache, while the extra parallel
+  // requests it would spare a cold disk cost that read little.
+  constexpr uint64_t kProbeFrom = uint64_t{1} << 30;
+  const int cached_readers = std::max(options.reader_threads, options.cached_reader_threads);
+  const int readers = total < kProbeFrom || mostly_cached(fd.get(), ranges)
+                          ? cached_readers
                           : options.reader_threads;
   t.probe_seconds += seconds_since(t0);
   // Tell the kernel the reads are sequential (larger readahead), per range.
@@ -235,42 +312,77 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
                     POSIX_FADV_SEQUENTIAL);
   // A small load reads in smaller chunks (down to 16 MiB), so that the first read and the last
   // copy, which nothing overlaps, stay a small part of it: at least 8 chunks where it has them.
-  uint64_t total = 0;
-  for (const Range& r : ranges) total += r.end - r.begin;
   constexpr uint64_t kMinChunk = uint64_t{16} << 20;
   const size_t cap = static_cast<size_t>(std::min<uint64_t>(
       sink.capacity(), std::max<uint64_t>(kMinChunk, (total / 8 + 4095) & ~uint64_t{4095})));
+  // Up to one chunk per staging buffer is read at once; a chunk's copies are issued once its
+  // reads are done, in file order, while the later chunks are still being read.
   const int nbuf = sink.count();
-  int slot = 0;
-  uint64_t read_bytes = 0;
+  struct Chunk {
+    uint64_t pos = 0;
+    size_t len = 0, first_span = 0, last_span = 0;
+    int slot = 0;
+  };
+  std::vector<Chunk> chunks;
   for (const Range& r : ranges) {
     size_t next_span = r.first;  // first span that may still overlap the coming chunks
     for (uint64_t pos = r.begin; pos < r.end; pos += cap) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
-      t0 = Clock::now();
-      sink.wait(slot);  // the copies out of this buffer from the last round are done
-      t.wait_seconds += seconds_since(t0);
-      t0 = Clock::now();
-      uint8_t* buf = sink.buffer(slot);
-      pread_parallel(fd.get(), buf, len, pos, readers, path, spans[next_span].label);
-      read_bytes += len;
-      t.read_seconds += seconds_since(t0);
-      t0 = Clock::now();
-      const uint64_t chunk_end = pos + len;
-      for (size_t i = next_span; i < r.last && spans[i].offset < chunk_end; ++i) {
-        const ByteSpan& s = spans[i];
-        const uint64_t b = std::max(s.offset, pos);
-        const uint64_t e = std::min(s.offset + s.nbytes, chunk_end);
-        if (e > b)
-          sink.copy(static_cast<uint8_t*>(s.dst) + (b - s.offset), buf + (b - pos),
-                    static_cast<size_t>(e - b), slot);
-      }
-      while (next_span < r.last && spans[next_span].offset + spans[next_span].nbytes <= chunk_end)
+      Chunk c;
+      c.pos = pos;
+      c.len = static_cast<size_t>(std::min<uint64_t>(cap, r.end - pos));
+      c.first_span = next_span;
+      c.last_span = r.last;
+      c.slot = static_cast<int>(chunks.size() % static_cast<size_t>(nbuf));
+      chunks.push_back(c);
+      while (next_span < r.last && spans[next_span].offset + spans[next_span].nbytes <= pos + c.len)
         ++next_span;
-      sink.release(slot);
-      t.copy_seconds += seconds_since(t0);
-      slot = (slot + 1) % nbuf;
     }
+  }
+  std::vector<ChunkReads> reads(static_cast<size_t>(nbuf));
+  size_t done = 0, started = 0;
+  // Waits for the oldest chunk's reads and issues its copies.
+  auto complete_oldest = [&] {
+    const Chunk& c = chunks[done];
+    t0 = Clock::now();
+    reads[static_cast<size_t>(c.slot)].wait();
+    t.read_seconds += seconds_since(t0);
+    t0 = Clock::now();
+    uint8_t* buf = sink.buffer(c.slot);
+    const uint64_t chunk_end = c.pos + c.len;
+    for (size_t i = c.first_span; i < c.last_span && spans[i].offset < chunk_end; ++i) {
+      const ByteSpan& sp = spans[i];
+      const uint64_t b = std::max(sp.offset, c.pos);
+      const uint64_t e = std::min(sp.offset + sp.nbytes, chunk_end);
+      if (e > b)
+        sink.copy(static_cast<uint8_t*>(sp.dst) + (b - sp.offset), buf + (b - c.pos),
+                  static_cast<size_t>(e - b), c.slot);
+    }
+    sink.release(c.slot);
+    t.copy_seconds += seconds_since(t0);
+    ++done;
+  };
+  uint64_t read_bytes = 0;
+  try {
+    while (done < chunks.size()) {
+      if (started < chunks.size() && started - done < static_cast<size_t>(nbuf)) {
+        const Chunk& c = chunks[started];
+        t0 = Clock::now();
+        sink.wait(c.slot);  // the copies out of this buffer from its last chunk are done
+        t.wait_seconds += seconds_since(t0);
+        reads[static_cast<size_t>(c.slot)].start(fd.get(), sink.buffer(c.slot), c.len, c.pos,
+                                                 readers, path, spans[c.first_span].label);
+        read_bytes += c.len;
+        ++started;
+        // Keep the readers fed: start every chunk a free buffer allows before waiting.
+        if (started < chunks.size() && started - done < static_cast<size_t>(nbuf)) continue;
+      }
+      complete_oldest();
+    }
+  } catch (...) {
+    // Pieces still in flight write into the staging buffers and read through `fd`: they finish
+    // before either goes away.
+    for (size_t i = done; i < started; ++i) reads[static_cast<size_t>(chunks[i].slot)].wait(true);
+    throw;
   }
   t0 = Clock::now();
   sink.finish();
@@ -461,8 +573,10 @@ std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<Lo
   // Benchmarks' random weights (io/weight_fill.h): after the read, so load timings stay real.
   if (weight_fill()) {
     const auto f0 = Clock::now();
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = apply_weight_fill(ckpt.source(), items[i].name, std::move(out[i]));
+    std::vector<std::string> names;
+    names.reserve(items.size());
+    for (const LoadItem& it : items) names.push_back(it.name);
+    apply_weight_fill(ckpt.source(), names, out);
     s.totals.fill_seconds += seconds_since(f0);
   }
   return out;

@@ -3,8 +3,9 @@
 //
 // Path on CUDA: the file is read with pread() in large sequential chunks, in file order, into a
 // ring of page-locked staging buffers; each chunk's bytes are copied to their tensors with async
-// host-to-device copies on a copy stream while the next chunk is being read (several reader
-// threads per chunk, so that a hot page cache is not limited by one memcpy). A buffer is reused
+// host-to-device copies on a copy stream while the next chunks are being read (a process-wide
+// pool of reader threads takes each chunk in pieces, one chunk per free buffer in flight, so that
+// a hot page cache is not limited by one memcpy nor by waiting on each chunk). A buffer is reused
 // only after the copies out of it finished (an event per buffer). Tensors next to each other in
 // the file are read as one range, so a checkpoint of many small tensors still reads in big
 // requests. dtype conversion (bf16 -> f32 widening, ...) runs on the device afterwards.
@@ -49,8 +50,9 @@ struct LoadStats {
   double seconds = 0;    // wall time of the loads, conversions included
   LoadMethod method = LoadMethod::kMmap;
   // Parts of `seconds` in staging-ring and host-copy loads: the destination allocations, the
-  // page-cache check (mincore), the preads into the staging buffers, issuing the copies out of
-  // them, and waiting for copies (a buffer to come free, the last copies). `fill`, outside
+  // page-cache check (mincore), waiting for the preads into the staging buffers (the reader
+  // threads read several chunks ahead), issuing the copies out of them, and waiting for copies
+  // (a buffer to come free, the last copies). `fill`, outside
   // `seconds`: the benchmark weight fill of the helpers below (io/weight_fill.h), no part of a
   // real load.
   double alloc_seconds = 0, probe_seconds = 0, read_seconds = 0, copy_seconds = 0, wait_seconds = 0,

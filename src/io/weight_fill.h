@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -22,6 +23,13 @@ class WeightFill {
   // Overwrites `t` (contiguous, owned, on any device) in place. `name` is the tensor's name in
   // its checkpoint; `source` the checkpoint (folder or file) it comes from.
   virtual void fill(const std::string& source, const std::string& name, Tensor& t) const = 0;
+  // The tensors of one load (same device, each as fill() takes it), by default one fill() each.
+  // An installer that fills many tensors in one pass overrides it: a component of hundreds of
+  // small tensors would otherwise pay one kernel launch each inside its load's time.
+  virtual void fill_many(const std::string& source, const std::vector<std::string>& names,
+                         std::vector<Tensor>& ts) const {
+    for (size_t i = 0; i < ts.size(); ++i) fill(source, names[i], ts[i]);
+  }
 };
 
 // Installs the hook for every later load (nullptr removes it). Not for concurrent loads.
@@ -32,5 +40,8 @@ const WeightFill* weight_fill();
 // becomes an owned copy first, so that the file's mapping is never written. Float tensors only;
 // others come back unchanged. Without a hook, returns `t` as it is.
 Tensor apply_weight_fill(const std::string& source, const std::string& name, Tensor t);
+// The same for the tensors of one load, `names[i]` naming `ts[i]`, through one fill_many call.
+void apply_weight_fill(const std::string& source, const std::vector<std::string>& names,
+                       std::vector<Tensor>& ts);
 
 }  // namespace h3::io

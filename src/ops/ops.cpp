@@ -357,6 +357,24 @@ void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
   cpu::fill_random(x, seed, center, half_width);
 }
 
+void fill_random_many(std::vector<Tensor>& xs, const std::vector<RandomFill>& fills) {
+  H3_CHECK(xs.size() == fills.size(), ErrorCode::kInvalidArgument, "ops::fill_random_many: ",
+           xs.size(), " tensors but ", fills.size(), " fills");
+  if (xs.empty()) return;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string what = "xs[" + std::to_string(i) + "]";
+    check_float("fill_random_many", what.c_str(), xs[i]);
+    H3_CHECK(xs[i].is_contiguous(), ErrorCode::kInvalidArgument, "ops::fill_random_many: ", what,
+             " ", xs[i].desc(), " must be contiguous");
+    H3_CHECK(xs[i].device() == xs[0].device(), ErrorCode::kInvalidArgument,
+             "ops::fill_random_many: ", what, " is on ", xs[i].device().str(), ", xs[0] on ",
+             xs[0].device().str());
+  }
+  if (xs[0].device().is_cuda()) return cuda::fill_random_many(xs, fills);
+  for (size_t i = 0; i < xs.size(); ++i)
+    cpu::fill_random(xs[i], fills[i].seed, fills[i].center, fills[i].half_width);
+}
+
 Tensor cast(const Tensor& x, DType dtype) {
   const Device dev = check_devices("cast", {{"x", &x}});
   if (dev.is_cuda()) return cuda::cast(x, dtype);

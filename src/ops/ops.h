@@ -115,6 +115,14 @@ Tensor cast(const Tensor& x, DType dtype);  // round-to-nearest-even, any device
 // [center - half_width, center + half_width] (ops/random_fill.h), rounded to its dtype; the same
 // bits on every backend. Benchmarks fill random weights with it where the weights live.
 void fill_random(Tensor& x, uint64_t seed, float center, float half_width);
+// fill_random over several tensors of one device at once: the same bits as fill_random on each
+// with its own seed and range. On CUDA one kernel fills them all: a component of hundreds of
+// small tensors otherwise pays a launch per tensor.
+struct RandomFill {
+  uint64_t seed = 0;
+  float center = 0.0f, half_width = 0.0f;
+};
+void fill_random_many(std::vector<Tensor>& xs, const std::vector<RandomFill>& fills);
 
 // ---- convolution ----------------------------------------------------------------------------------
 

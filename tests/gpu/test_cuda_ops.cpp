@@ -15,6 +15,8 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ops/cuda/attention_cuda.h"
+#include "ops/cuda/fp8_cuda.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 #include "support/scoped_env.h"
 
@@ -145,6 +147,66 @@ TEST(CudaFusion, SwigluAndGatedResidualSwitches) {
   const Diff g = diff(gf, gp);
   std::printf("gated_residual fused vs plain (bf16): rel_l2=%.3e (bound 1e-2)\n", g.rel_l2);
   EXPECT_LE(g.rel_l2, 1e-2);
+}
+
+// The FP8 GEMM's bias in cuBLASLt's epilogue against the float32 accumulator plus a bias kernel
+// (H3_FUSE_FP8_BIAS=0): both add the bias in float32 to the scaled sum and round once to bf16, so
+// they differ at most where the two kernels' float32 sums differ in the last bits.
+TEST(CudaFusion, Fp8BiasInEpilogueMatchesTheFloat32Accumulator) {
+  H3_REQUIRE_CUDA();
+  const int64_t m = 300, k = 512, n = 384;
+  const Tensor x = to_gpu(randn({m, k}, DType::kBF16, 21));
+  const Tensor w = to_gpu(randn({n, k}, DType::kBF16, 22, 0.02f));
+  const ops::Fp8Weight wq = ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerChannel);
+  const ops::Fp8Activation xq = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+  for (DType bt : {DType::kBF16, DType::kF32}) {
+    const Tensor bias = to_gpu(randn({n}, bt, 23, 0.1f));
+    // Hopper's FP8 kernels take a bias of either dtype with bf16 outputs; where a GPU's do not,
+    // both runs below take the accumulator and the comparison says nothing: skip visibly.
+    if (!ops::cuda::linear_fp8_bias_in_epilogue(m, n, k, DType::kBF16, bt, 0)) {
+      std::printf("no FP8 kernel with a %s bias in its epilogue here: not compared\n",
+                  dtype_name(bt));
+      continue;
+    }
+    const Tensor fused = ops::linear_fp8(xq, wq, &bias);
+    const Tensor again = ops::linear_fp8(xq, wq, &bias);
+    EXPECT_TRUE(same_bytes(fused, again)) << "two runs of the epilogue kernel differ";
+    Tensor plain;
+    {
+      ScopedEnv off("H3_FUSE_FP8_BIAS", "0");
+      EXPECT_FALSE(ops::cuda::linear_fp8_bias_in_epilogue(m, n, k, DType::kBF16, bt, 0));
+      plain = ops::linear_fp8(xq, wq, &bias);
+    }
+    const Diff d = diff(fused, plain);
+    std::printf("fp8 linear, %s bias in the epilogue vs the accumulator: rel_l2=%.3e max_abs=%.3e "
+                "(bound 1e-3)\n",
+                dtype_name(bt), d.rel_l2, d.max_abs);
+    EXPECT_LE(d.rel_l2, 1e-3);
+  }
+}
+
+// The vectorized per-token quantization of bf16 rows against the scalar kernel it replaces
+// (H3_FUSE_FP8_QUANT_VEC=0): the same arithmetic, so the same bytes and scales, outliers, a NaN
+// row and an all-zero row included.
+TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
+  H3_REQUIRE_CUDA();
+  const int64_t m = 37, k = 1032;  // k % 8 == 0, not a multiple of the block's 256 threads x 8
+  std::vector<float> v = randn({m, k}, DType::kF32, 31).to_f32_vector();
+  for (size_t i = 0; i < v.size(); i += 131) v[i] *= 40.0f;
+  for (int64_t c = 0; c < k; ++c) v[static_cast<size_t>(3 * k + c)] = 0.0f;
+  v[static_cast<size_t>(5 * k + 17)] = std::nanf("");
+  v[static_cast<size_t>(6 * k + 3)] = INFINITY;
+  const Tensor x = to_gpu(Tensor::from_f32(v, {m, k}, DType::kBF16));
+  ASSERT_TRUE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
+  const ops::Fp8Activation vec = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+  ops::Fp8Activation plain;
+  {
+    ScopedEnv off("H3_FUSE_FP8_QUANT_VEC", "0");
+    ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
+    plain = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+  }
+  EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
+  EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "row scales differ";
 }
 
 TEST(CudaAttention, FlashAgreesWithGenericAndIsDeterministic) {

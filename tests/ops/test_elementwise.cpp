@@ -1,4 +1,5 @@
-// Backend-ops cases: add and mul (broadcast over leading dims), scale, cast and fill_random.
+// Backend-ops cases: add and mul (broadcast over leading dims), scale, cast, fill_random and
+// fill_random_many.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -120,7 +121,60 @@ void add_fill_random(DType t, const Shape& shape, uint64_t seed, float center, f
   register_case(std::move(c));
 }
 
+double fill_reference(uint64_t seed, uint64_t i, float center, float half, int bits) {
+  const uint64_t h = splitmix_finalize(seed ^ splitmix_finalize(i + 0x9e3779b97f4a7c15ull));
+  const double u = std::ldexp(static_cast<double>(h >> 40), -24);
+  const double v = static_cast<float>(double(center) + double(half) * (2.0 * u - 1.0));
+  return round_significand(v, bits);
+}
+
+// fill_random_many: tensors of sizes around the kernel's per-block chunk (2,048 values), one
+// empty, each with its own seed and range; the output is their values one after another.
+void add_fill_random_many(DType t) {
+  const std::vector<int64_t> sizes = {3000, 0, 1, 2049, 2048, 700};
+  OpCase c;
+  c.op = "fill_random_many";
+  c.name = "fill_random_many_" + dtype_tag(t) + "_x6";
+  c.dtype = t;
+  c.cpu_bounds = Bounds{0, 0};
+  c.device_bounds = Bounds{0, 0};
+  c.make_inputs = [=](Rng& r) {
+    std::vector<Tensor> in;
+    for (int64_t n : sizes) in.push_back(r.normal_tensor({n}, t));
+    return in;
+  };
+  auto fill_of = [](size_t i) {
+    return h3::ops::RandomFill{0x51ull * (i + 1), 0.25f * static_cast<float>(i), 0.01f * static_cast<float>(i + 1)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    std::vector<Tensor> xs;
+    std::vector<h3::ops::RandomFill> fills;
+    for (size_t i = 0; i < in.size(); ++i) {
+      xs.push_back(h3::ops::copy(in[i]));
+      fills.push_back(fill_of(i));
+    }
+    h3::ops::fill_random_many(xs, fills);
+    std::vector<Tensor> filled;
+    for (const Tensor& x : xs)
+      if (x.numel() > 0) filled.push_back(x);
+    return h3::ops::concat(filled, 0);
+  };
+  c.reference = [=](const std::vector<Tensor>&) {
+    const int bits = t == DType::kBF16 ? 8 : t == DType::kF16 ? 11 : 24;
+    std::vector<double> out;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const h3::ops::RandomFill f = fill_of(i);
+      for (int64_t j = 0; j < sizes[i]; ++j)
+        out.push_back(fill_reference(f.seed, static_cast<uint64_t>(j), f.center, f.half_width, bits));
+    }
+    return out;
+  };
+  register_case(std::move(c));
+}
+
 void add_cases() {
+  add_fill_random_many(DType::kF32);
+  add_fill_random_many(DType::kBF16);
   add_fill_random(DType::kF32, {17, 33}, 7, 0.0f, 0.03125f);
   add_fill_random(DType::kBF16, {5, 129}, 0x1234abcdull, 1.0f, 0.1f);
   add_fill_random(DType::kF16, {1000}, 3, -0.5f, 0.02f);

@@ -76,14 +76,18 @@ std::string tag(Fp8WeightScaling w, Fp8ActScaling a) {
 
 // `prequantized`: the activations quantized first (quantize_activation_fp8), then the GEMM over
 // them, as a DiT block's q, k, v and gate projections share one quantized input.
+// `bias_t`: the bias's dtype (the DiT's are bf16; on CUDA the tensor-core path adds it in the
+// GEMM's epilogue).
 void add_linear_fp8(const Shape& xshape, int64_t n, DType xt, Fp8WeightScaling ws, Fp8ActScaling as,
-                    bool bias, bool large = false, bool prequantized = false) {
+                    bool bias, bool large = false, bool prequantized = false,
+                    DType bias_t = DType::kF32) {
   OpCase c;
   c.op = "linear_fp8";
   std::string dims;
   for (int64_t d : xshape) dims += std::to_string(d) + "x";
   c.name = std::string(prequantized ? "Fp8_linear_prequantized_" : "Fp8_linear_") + tag(ws, as) +
-           "_" + dtype_tag(xt) + "_x" + dims + "n" + std::to_string(n) + (bias ? "_bias" : "");
+           "_" + dtype_tag(xt) + "_x" + dims + "n" + std::to_string(n) + (bias ? "_bias" : "") +
+           (bias && bias_t != DType::kF32 ? "_" + dtype_tag(bias_t) : "");
   c.dtype = xt;
   c.large = large;
   const int64_t k = xshape.back();
@@ -103,7 +107,7 @@ void add_linear_fp8(const Shape& xshape, int64_t n, DType xt, Fp8WeightScaling w
     for (size_t i = 0; i < xv.size(); i += 97) xv[i] *= 20.0f;
     std::vector<Tensor> in = {Tensor::from_f32(xv, xshape, xt),
                               r.normal_tensor({n, k}, DType::kBF16, 0.0f, 0.02f)};
-    if (bias) in.push_back(r.uniform_tensor({n}, DType::kF32, -0.1f, 0.1f));
+    if (bias) in.push_back(r.uniform_tensor({n}, bias_t, -0.1f, 0.1f));
     return in;
   };
   c.run = [=](const std::vector<Tensor>& in) {
@@ -170,6 +174,14 @@ void add_cases() {
                  Fp8ActScaling::kPerTensor, true, false, /*prequantized=*/true);
   add_linear_fp8({3, 64, 256}, 96, DType::kF32, Fp8WeightScaling::kPerChannel,
                  Fp8ActScaling::kPerToken, false, false, /*prequantized=*/true);
+  // Biases on the tensor cores: a float32 output with a float32 bias, and bf16 with a bf16 bias
+  // (the DiT's projections).
+  add_linear_fp8({3, 64, 256}, 96, DType::kF32, Fp8WeightScaling::kPerChannel,
+                 Fp8ActScaling::kPerToken, true, false, /*prequantized=*/true);
+  add_linear_fp8({200, 512}, 384, DType::kBF16, Fp8WeightScaling::kPerChannel,
+                 Fp8ActScaling::kPerToken, true, false, /*prequantized=*/true, DType::kBF16);
+  add_linear_fp8({200, 512}, 384, DType::kBF16, Fp8WeightScaling::kPerChannel,
+                 Fp8ActScaling::kPerToken, true, false, /*prequantized=*/false, DType::kBF16);
   // K = 0: an empty sum, so every row is the bias.
   for (bool pre : {false, true})
     add_linear_fp8({3, 0}, 8, DType::kF32, Fp8WeightScaling::kPerChannel, Fp8ActScaling::kPerToken,

@@ -30,15 +30,27 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 // Row-major C[M, N] = x_scale[m] * w_scale[n] * sum_k x_q[m, k] w_q[n, k] on the FP8 tensor cores
 // (cuBLASLt, outer-vector scales): x_q E4M3 [M, K] and w_q E4M3 [N, K], both K-contiguous, with
 // float32 scales on the device; float32 accumulation; C is f32, bf16 or f16, row stride N.
-// Needs K % 16 == 0 and 16-byte aligned rows of C. Returns false, computing nothing, when
-// cuBLASLt has no kernel for the shape (the caller then takes another path).
+// Needs K % 16 == 0 and 16-byte aligned rows of C. A bias [N] (f32, bf16 or f16), if given, is
+// added in cuBLASLt's epilogue in float32 before the one rounding to C's dtype. Returns false,
+// computing nothing, when cuBLASLt has no kernel for the shape or that bias (the caller then
+// takes another path; the answer is cached per shape).
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
-              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device);
+              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device,
+              const void* bias = nullptr, DType bias_dtype = DType::kF32);
+// Whether gemm_fp8 has a kernel for the shape with 256-byte aligned operands (and, given
+// `bias_dtype`, a bias of that dtype in the epilogue): what a test asks to know which path ran.
+bool gemm_fp8_has_kernel(int64_t M, int64_t N, int64_t K, DType c_dtype, int device,
+                         const DType* bias_dtype);
 // The timing sweep behind sweep_linear_fp8 (fp8_cuda.h), over gemm_fp8's description.
 std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
                                           const float* x_scale, const void* w_q,
                                           const float* w_scale, void* c, DType c_dtype, int device,
                                           int count, int iters, bool fast_accum);
+// The configuration search behind search_linear_fp8 (fp8_cuda.h).
+std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
+                                           const float* x_scale, const void* w_q,
+                                           const float* w_scale, void* c, DType c_dtype, int device,
+                                           int max_configs, int iters, Fp8SearchStats* stats);
 
 // out[r, c] = round(in[r, c] + bias[c or r]) for a float32 `in` of rows x cols (row stride
 // in_ld / out_ld); bias may be null; per_row selects bias[r] (convolutions) over bias[c].

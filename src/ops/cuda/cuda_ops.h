@@ -27,6 +27,7 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);
 void fill_random(Tensor& x, uint64_t seed, float center, float half_width);
+void fill_random_many(std::vector<Tensor>& xs, const std::vector<RandomFill>& fills);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p);
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride, int padding);

@@ -31,6 +31,9 @@ Tensor add(const Tensor& a, const Tensor& b) { no_cuda("add"); }
 Tensor mul(const Tensor& a, const Tensor& b) { no_cuda("mul"); }
 Tensor scale(const Tensor& x, float s) { no_cuda("scale"); }
 void fill_random(Tensor& x, uint64_t seed, float center, float half_width) { no_cuda("fill_random"); }
+void fill_random_many(std::vector<Tensor>&, const std::vector<RandomFill>&) {
+  no_cuda("fill_random_many");
+}
 Tensor cast(const Tensor& x, DType dtype) { no_cuda("cast"); }
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv1dParams& p) { no_cuda("conv1d"); }
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int stride, int padding) { no_cuda("conv_transpose1d"); }

@@ -46,7 +46,8 @@ Tensor as_dtype(const Tensor& t, DType dtype);
 
 // Fusion switches (h3.c's habit: every fused kernel can be turned off to bisect a regression).
 // H3_FUSED=0 turns every fusion off; H3_FUSE_<NAME>=0 turns one off, e.g. H3_FUSE_QKNORM_ROPE=0.
-// `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS".
+// `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS",
+// "FP8_BIAS", "FP8_QUANT_VEC".
 bool fusion_enabled(const char* name);
 
 }  // namespace h3::ops::cuda

@@ -4,6 +4,7 @@
 // Each kernel loads every operand widened to float32, computes in float32 and rounds once on the
 // store, the CPU oracle's dtype rule (ops.h). Secondary operands may have any float dtype; their
 // loads switch on a kernel-uniform dtype code (no divergence, a few instructions per element).
+#include <climits>
 #include <cmath>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -85,6 +86,33 @@ __global__ void fill_random_kernel(void* out, int ot, int64_t n, uint64_t seed, 
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     st(out, ot, i, random_fill_value(seed, static_cast<uint64_t>(i), center, half_width));
+}
+
+// One tensor of fill_random_many: its blocks are [first_block, first_block + its block count).
+struct FillDesc {
+  void* out;
+  int64_t n;
+  uint64_t seed;
+  float center, half_width;
+  int dtype;
+  int64_t first_block;
+};
+constexpr int kFillPerThread = 8;
+
+// Each block finds its tensor (the last whose first block is at or before it) and fills its
+// slice with the values fill_random_kernel gives the same indices.
+__global__ void fill_random_many_kernel(const FillDesc* d, int count) {
+  int lo = 0, hi = count - 1;
+  const int64_t b = blockIdx.x;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (d[mid].first_block <= b) lo = mid; else hi = mid - 1;
+  }
+  const FillDesc t = d[lo];
+  const int64_t chunk = static_cast<int64_t>(blockDim.x) * kFillPerThread;
+  const int64_t begin = (b - t.first_block) * chunk, end = min(t.n, begin + chunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    st(t.out, t.dtype, i, random_fill_value(t.seed, static_cast<uint64_t>(i), t.center, t.half_width));
 }
 
 // out[r, c] = x[r, c] * (1 + scale[idx[r], c]) + shift[idx[r], c]
@@ -253,6 +281,32 @@ void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
   fill_random_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
       x.raw(), dtype_code(x.dtype()), n, seed, center, half_width);
   check_launch("fill_random");
+}
+void fill_random_many(std::vector<Tensor>& xs, const std::vector<RandomFill>& fills) {
+  std::vector<FillDesc> descs;
+  int64_t blocks = 0;
+  const int64_t chunk = int64_t{kThreads} * kFillPerThread;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    require_cuda(xs[i], "fill_random_many", "xs");
+    const int64_t n = xs[i].numel();
+    if (n == 0) continue;
+    descs.push_back({xs[i].raw(), n, fills[i].seed, fills[i].center, fills[i].half_width,
+                     dtype_code(xs[i].dtype()), blocks});
+    blocks += (n + chunk - 1) / chunk;
+  }
+  if (descs.empty()) return;
+  H3_CHECK(blocks <= INT32_MAX, ErrorCode::kUnsupported, "ops::fill_random_many: ", blocks,
+           " blocks are more than one launch takes; fill the largest tensors on their own");
+  set_device_of(xs[0]);
+  // The table goes over with the launch's stream order; the pageable source is staged by the
+  // copy before it returns, so the vector may go when this function does.
+  Tensor table = Tensor::empty({static_cast<int64_t>(descs.size() * sizeof(FillDesc))}, DType::kU8,
+                               xs[0].device());
+  H3_CUDA_CHECK(cudaMemcpyAsync(table.raw(), descs.data(), descs.size() * sizeof(FillDesc),
+                                cudaMemcpyHostToDevice, current_stream()));
+  fill_random_many_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, current_stream()>>>(
+      static_cast<const FillDesc*>(table.raw()), static_cast<int>(descs.size()));
+  check_launch("fill_random_many");
 }
 Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, Binary::kAdd, "add"); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, Binary::kMul, "mul"); }

@@ -90,6 +90,43 @@ __global__ void quantize_rows_kernel(const void* x, int xt, int64_t k, const uns
   }
 }
 
+// quantize_rows_kernel for bf16 activations per token with k % 8 == 0 on 16-byte aligned rows:
+// eight values per load and eight E4M3 bytes per store. The arithmetic is the same, value for
+// value (amax, scale, IEEE division, rounding), so are the bits; the scalar kernel's loads and
+// byte stores made it several times slower than the memory it moves.
+__global__ void quantize_rows_bf16x8_kernel(const __nv_bfloat16* x, int64_t k, uint8_t* q,
+                                            float* scale) {
+  const int64_t row = blockIdx.x, nv = k / 8;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    const uint4 u = xr[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      m = nan_max(nan_max(m, fabsf(f.x)), fabsf(f.y));
+    }
+  }
+  const float s = scale_of(block_amax(m));
+  if (threadIdx.x == 0) scale[row] = s;
+  uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    const uint4 u = xr[i];  // the row again, from L1/L2: the first pass brought it in
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      const uint32_t pair = static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.x, s))) |
+                            (static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.y, s))) << 8);
+      if (j < 2) lo |= pair << (16 * j);
+      else hi |= pair << (16 * (j - 2));
+    }
+    qr[i] = make_uint2(lo, hi);
+  }
+}
+
 // amax over all of x into *out (float bits; |x| is non-negative, so its bits order as its
 // values, and a NaN's bits sort above infinity's: NaN wins here too). *out starts at 0.
 __global__ void amax_all_kernel(const void* x, int xt, int64_t n, unsigned* out) {
@@ -139,6 +176,16 @@ void require_float(const Tensor& t, const char* op, const char* name) {
            " is not supported on CUDA (expected f32, bf16 or f16)");
 }
 
+}  // namespace
+
+bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act) {
+  return act == Fp8ActScaling::kPerToken && x.dtype() == DType::kBF16 && x.dim() >= 1 &&
+         x.size(-1) % 8 == 0 && x.is_contiguous() &&
+         reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && fusion_enabled("FP8_QUANT_VEC");
+}
+
+namespace {
+
 // Quantizes the rows of x [rows, k] (contiguous, on the current device): per row, or with one
 // scale for the whole tensor (then `scale` still gets one entry per row, all the same, which is
 // what the GEMM's per-token scale vector wants).
@@ -154,9 +201,16 @@ void quantize_rows(const Tensor& x, int64_t rows, int64_t k, Fp8ActScaling act, 
         x.raw(), dtype_code(x.dtype()), rows * k, static_cast<unsigned*>(amax.raw()));
     check_launch("fp8 amax");
   }
-  quantize_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
-      x.raw(), dtype_code(x.dtype()), k,
-      amax.defined() ? static_cast<unsigned*>(amax.raw()) : nullptr, q, scale, fq, nullptr);
+  const bool vec = q && scale && !fq && reinterpret_cast<uintptr_t>(q) % 8 == 0 &&
+                   quantizes_vectorized(x, act);
+  if (vec) {
+    quantize_rows_bf16x8_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
+        static_cast<const __nv_bfloat16*>(x.raw()), k, q, scale);
+  } else {
+    quantize_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
+        x.raw(), dtype_code(x.dtype()), k,
+        amax.defined() ? static_cast<unsigned*>(amax.raw()) : nullptr, q, scale, fq, nullptr);
+  }
   check_launch("fp8 quantize rows");
 }
 
@@ -306,7 +360,15 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
       return dequantized();
     return out;
   }
-  // The bias joins in float32 before the one rounding to x's dtype, as on the CPU.
+  // The bias joins in float32 before the one rounding to x's dtype, as on the CPU: in cuBLASLt's
+  // epilogue where it has a kernel for that (a float32 copy of the output would cost three more
+  // passes over it), else through a float32 accumulator. H3_FUSE_FP8_BIAS=0 takes the latter.
+  const DType bt = bias->dtype();
+  if (fusion_enabled("FP8_BIAS") && bias->is_contiguous() && bias->numel() == n &&
+      (bt == DType::kF32 || bt == DType::kBF16 || bt == DType::kF16) &&
+      gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t,
+               x.data.device().index, bias->raw(), bt))
+    return out;
   Tensor acc = Tensor::empty({m, n}, DType::kF32, x.data.device());
   if (!gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, acc.raw(), DType::kF32,
                 x.data.device().index))
@@ -329,6 +391,30 @@ std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Wei
   return sweep_gemm_fp8(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()),
                         w.data.raw(), static_cast<const float*>(w.scale.raw()), out.raw(),
                         DType::kBF16, x.data.device().index, count, iters, fast_accum);
+}
+
+std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8Weight& w,
+                                             int max_configs, int iters, Fp8SearchStats* stats) {
+  require_cuda(x.data, "search_linear_fp8", "x");
+  require_cuda(w.data, "search_linear_fp8", "w.data");
+  require_same_device(x.data, w.data, "search_linear_fp8");
+  set_device_of(x.data);
+  const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
+  H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling) && m > 0, ErrorCode::kUnsupported,
+           "ops::search_linear_fp8: ", m, " x ", k, " -> ", n,
+           " does not run on the FP8 tensor cores");
+  Tensor out = Tensor::empty({m, n}, DType::kBF16, x.data.device());
+  return search_gemm_fp8(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()),
+                         w.data.raw(), static_cast<const float*>(w.scale.raw()), out.raw(),
+                         DType::kBF16, x.data.device().index, max_configs, iters, stats);
+}
+
+bool linear_fp8_bias_in_epilogue(int64_t m, int64_t n, int64_t k, DType out, DType bias_dtype,
+                                 int device) {
+  if (!linear_fp8_uses_tensor_cores(n, k, Fp8WeightScaling::kPerChannel) ||
+      !fusion_enabled("FP8_BIAS"))
+    return false;
+  return gemm_fp8_has_kernel(m, n, k, out, device, &bias_dtype);
 }
 
 Tensor linear_fp8(const Tensor& x_in, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act) {

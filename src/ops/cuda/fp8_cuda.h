@@ -23,10 +23,32 @@ struct Fp8AlgoTiming {
   int index = 0;      // position in the heuristic's list (0: what linear_fp8 runs)
   double ms = 0.0;
   int tile = -1, stages = -1, split_k = -1, cluster = -1;  // cuBLASLt's config ids
+  int algo_id = -1, swizzle = -1, custom = -1;
   bool fast_accum = false;
 };
 std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Weight& w, int count,
                                             int iters, bool fast_accum);
+// `h3 bench fp8 --search N`: beyond the heuristic's list, every configuration cuBLASLt accepts
+// for this GEMM (each algorithm id with its tiles, stages, cluster shapes and CTA swizzles, no
+// split-k, float32 promotion kept), up to N of them timed (median of `iters`), fastest first.
+// `index` numbers the configurations in the order they were found.
+// `stats` (optional) counts what the search saw: the heuristic's choices and the algorithm ids it
+// started from, the configurations tried and accepted, and the first refusal's status.
+struct Fp8SearchStats {
+  int heuristic = 0, ids = 0, tried = 0, accepted = 0, first_refusal = 0;
+};
+std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8Weight& w,
+                                             int max_configs, int iters,
+                                             Fp8SearchStats* stats = nullptr);
+
+// Whether quantize_activation_fp8 takes the vectorized kernel for x (bf16 rows per token, k a
+// multiple of 8, 16-byte aligned; H3_FUSE_FP8_QUANT_VEC=0 turns it off): the same bits either way.
+bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act);
+
+// Whether linear_fp8 with a bias of `bias_dtype` adds it in the GEMM's epilogue for m rows of
+// these shapes and output dtype (else through a float32 accumulator and a second kernel).
+bool linear_fp8_bias_in_epilogue(int64_t m, int64_t n, int64_t k, DType out, DType bias_dtype,
+                                 int device);
 
 // Whether linear_fp8 takes the FP8 tensor-core path for these shapes (per-channel weight scales,
 // K a multiple of 16, N of 8); the other cases multiply the dequantized operands in float32.

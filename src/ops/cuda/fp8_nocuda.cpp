@@ -24,6 +24,12 @@ Tensor linear_fp8(const Fp8Activation&, const Fp8Weight&, const Tensor*) { no_cu
 std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation&, const Fp8Weight&, int, int, bool) {
   no_cuda("sweep_linear_fp8");
 }
+std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation&, const Fp8Weight&, int, int,
+                                             Fp8SearchStats*) {
+  no_cuda("search_linear_fp8");
+}
 bool linear_fp8_uses_tensor_cores(int64_t, int64_t, Fp8WeightScaling) { return false; }
+bool quantizes_vectorized(const Tensor&, Fp8ActScaling) { return false; }
+bool linear_fp8_bias_in_epilogue(int64_t, int64_t, int64_t, DType, DType, int) { return false; }
 
 }  // namespace h3::ops::cuda

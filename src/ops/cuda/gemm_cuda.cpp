@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -48,6 +49,9 @@ struct AlgoKeyHash {
 std::mutex g_mutex;
 LtContext g_ctx[kMaxDevices];
 std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
+// Keys cuBLASLt had no algorithm for: a caller with another path (gemm_fp8) asks once, not on
+// every call of a step loop.
+std::unordered_map<AlgoKey, cublasStatus_t, AlgoKeyHash> g_no_algo;
 
 LtContext& context(int device) {
   H3_CHECK(device >= 0 && device < kMaxDevices, ErrorCode::kUnsupported, "cuda:", device,
@@ -142,16 +146,26 @@ const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasL
                                      int64_t al_a, int64_t al_b, int64_t al_c, cublasStatus_t* status) {
   auto it = g_algos.find(key);
   if (it != g_algos.end()) return &it->second;
+  if (const auto miss = g_no_algo.find(key); miss != g_no_algo.end()) {
+    *status = miss->second;
+    return nullptr;
+  }
   const auto found = heuristics(ctx, desc, la, lb, lc, al_a, al_b, al_c, 1, status);
-  if (found.empty()) return nullptr;
+  if (found.empty()) {
+    g_no_algo.emplace(key, *status);
+    return nullptr;
+  }
   return &g_algos.emplace(key, found[0].algo).first->second;
 }
 
 // The matmul description of gemm_fp8: D^T [N, M] = W [N, K] x X^T [K, M] in cuBLASLt's
-// column-major view, with outer-vector scales (per channel for W, per token for X).
+// column-major view, with outer-vector scales (per channel for W, per token for X) and, given a
+// bias, the bias epilogue: one per output channel, added in float32 to the scaled accumulator
+// before the one rounding to D's dtype.
 struct Fp8Desc {
   cublasLtMatmulDesc_t d = nullptr;
-  Fp8Desc(const float* w_scale, const float* x_scale, bool fast_accum) {
+  Fp8Desc(const float* w_scale, const float* x_scale, bool fast_accum, const void* bias = nullptr,
+          DType bias_dtype = DType::kF32) {
     check_lt(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul desc");
     // Hopper's FP8 kernels take only this "TN" form, both operands K-contiguous, which is how a
     // linear layer stores them anyway.
@@ -166,6 +180,13 @@ struct Fp8Desc {
         "fp8 activation scale pointer");
     const int8_t fast = fast_accum ? 1 : 0;
     set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast), "fp8 accumulation mode");
+    if (bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi), "fp8 epilogue");
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias), "fp8 bias pointer");
+      const cudaDataType_t bt = cuda_type(bias_dtype);
+      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt), "fp8 bias dtype");
+    }
   }
   void set(cublasLtMatmulDescAttributes_t a, const void* v, size_t n, const char* what) {
     check_lt(cublasLtMatmulDescSetAttribute(d, a, v, n), what);
@@ -249,28 +270,72 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
       "cublasLtMatmul");
 }
 
+namespace {
+
+// gemm_fp8's cached algorithm for a shape, output, bias and the operands' alignments (null:
+// cuBLASLt has none).
+const cublasLtMatmulAlgo_t* fp8_algo(LtContext& ctx, const Fp8Desc& desc, const Layout& la,
+                                     const Layout& lb, const Layout& lc, int64_t M, int64_t N,
+                                     int64_t K, DType c_dtype, int device, int64_t al_w,
+                                     int64_t al_x, int64_t al_c, const void* bias,
+                                     DType bias_dtype) {
+  AlgoKey key{};
+  // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
+  const int64_t vals[20] = {-1,
+                            M,
+                            N,
+                            K,
+                            static_cast<int64_t>(c_dtype),
+                            al_w,
+                            al_x,
+                            al_c,
+                            device,
+                            bias ? 1 + static_cast<int64_t>(bias_dtype) : 0,
+                            bias ? alignment_of(bias) : 0};
+  std::memcpy(key.v, vals, sizeof(vals));
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  return algo_for(key, ctx, desc.d, la, lb, lc, al_w, al_x, al_c, &st);
+}
+
+}  // namespace
+
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
-              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device) {
+              const void* w_q, const float* w_scale, void* c, DType c_dtype, int device,
+              const void* bias, DType bias_dtype) {
   if (M == 0 || N == 0) return true;
   std::lock_guard<std::mutex> lock(g_mutex);
   LtContext& ctx = context(device);
-  const Fp8Desc desc(w_scale, x_scale, false);
+  const Fp8Desc desc(w_scale, x_scale, false, bias, bias_dtype);
   const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
   const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
   const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
-  const int64_t al_w = alignment_of(w_q), al_x = alignment_of(x_q), al_c = alignment_of(c);
-  AlgoKey key{};
-  // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
-  const int64_t vals[20] = {-1, M, N, K, static_cast<int64_t>(c_dtype), al_w, al_x, al_c, device};
-  std::memcpy(key.v, vals, sizeof(vals));
-  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  const cublasLtMatmulAlgo_t* algo = algo_for(key, ctx, desc.d, la, lb, lc, al_w, al_x, al_c, &st);
+  const cublasLtMatmulAlgo_t* algo =
+      fp8_algo(ctx, desc, la, lb, lc, M, N, K, c_dtype, device, alignment_of(w_q),
+               alignment_of(x_q), alignment_of(c), bias, bias_dtype);
   if (algo == nullptr) return false;
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(ctx.handle, desc.d, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
                           algo, ctx.workspace, kWorkspaceBytes, current_stream()),
            "cublasLtMatmul (fp8)");
   return true;
+}
+
+bool gemm_fp8_has_kernel(int64_t M, int64_t N, int64_t K, DType c_dtype, int device,
+                         const DType* bias_dtype) {
+  if (M == 0 || N == 0) return true;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  LtContext& ctx = context(device);
+  // Stand-in pointers at the 256-byte alignment of a fresh allocation: the description and the
+  // heuristic only look at their values' alignment, never at what they point to.
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+  const float* scale = static_cast<const float*>(aligned);
+  const Fp8Desc desc(scale, scale, false, bias_dtype ? aligned : nullptr,
+                     bias_dtype ? *bias_dtype : DType::kF32);
+  const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
+  const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
+  const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
+  return fp8_algo(ctx, desc, la, lb, lc, M, N, K, c_dtype, device, 256, 256, 256,
+                  bias_dtype ? aligned : nullptr, bias_dtype ? *bias_dtype : DType::kF32) != nullptr;
 }
 
 std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
@@ -310,6 +375,9 @@ std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const
     t.stages = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
     t.split_k = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
     t.cluster = attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+    t.algo_id = attr(CUBLASLT_ALGO_CONFIG_ID);
+    t.swizzle = attr(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+    t.custom = attr(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a choice that does not run is left out
     std::vector<float> ms;
     for (int it = 0; it < iters; ++it) {
@@ -327,6 +395,160 @@ std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  return out;
+}
+
+std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
+                                           const float* x_scale, const void* w_q,
+                                           const float* w_scale, void* c, DType c_dtype, int device,
+                                           int max_configs, int iters, Fp8SearchStats* stats) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  LtContext& ctx = context(device);
+  const Fp8Desc desc(w_scale, x_scale, false);
+  const cudaDataType_t c_t = cuda_type(c_dtype);
+  const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
+  const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
+  const Layout lc(c_t, N, M, N, 1, 0);
+  Fp8SearchStats local;
+  Fp8SearchStats& st = stats ? *stats : local;
+  // The starting points: the heuristic's own choices (algorithms that accept these outer-vector
+  // scales; an algorithm merely initialized by id carries none of the description's modes and
+  // may be refused for it), then every id the library lists for the types.
+  cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
+  std::vector<cublasLtMatmulAlgo_t> bases;
+  for (const auto& h : heuristics(ctx, desc.d, la, lb, lc, alignment_of(w_q), alignment_of(x_q),
+                                  alignment_of(c), 16, &hs))
+    bases.push_back(h.algo);
+  st.heuristic = static_cast<int>(bases.size());
+  int ids[128] = {}, n_ids = 0;
+  if (cublasLtMatmulAlgoGetIds(ctx.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3,
+                               CUDA_R_8F_E4M3, c_t, c_t, 128, ids, &n_ids) != CUBLAS_STATUS_SUCCESS)
+    n_ids = 0;
+  st.ids = n_ids;
+  for (int i = 0; i < n_ids; ++i) {
+    cublasLtMatmulAlgo_t a;
+    if (cublasLtMatmulAlgoInit(ctx.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3,
+                               CUDA_R_8F_E4M3, c_t, c_t, ids[i], &a) == CUBLAS_STATUS_SUCCESS)
+      bases.push_back(a);
+  }
+  // An algorithm's list-valued capability (tile or stage ids); {0} (undefined: the algorithm
+  // picks) when it lists none.
+  auto list_cap = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t cap) {
+    size_t bytes = 0;
+    std::vector<uint32_t> v;
+    if (cublasLtMatmulAlgoCapGetAttribute(&a, cap, nullptr, 0, &bytes) == CUBLAS_STATUS_SUCCESS &&
+        bytes >= sizeof(uint32_t)) {
+      v.resize(bytes / sizeof(uint32_t));
+      if (cublasLtMatmulAlgoCapGetAttribute(&a, cap, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+        v.clear();
+    }
+    if (v.empty()) v.push_back(0);
+    return v;
+  };
+  auto int_cap = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t cap) {
+    int32_t v = 0;
+    size_t bytes = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&a, cap, &v, sizeof(v), &bytes) != CUBLAS_STATUS_SUCCESS)
+      return 0;
+    return static_cast<int>(v);
+  };
+  auto get_cfg = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int32_t v = -1;
+    size_t bytes = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &bytes);
+    return static_cast<int>(v);
+  };
+  // Hopper's cluster shapes that fit these GEMMs' grids (automatic first).
+  const uint32_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  struct Config {
+    cublasLtMatmulAlgo_t algo;
+    Fp8AlgoTiming t;
+  };
+  std::vector<Config> found;
+  std::vector<std::array<int, 6>> seen;
+  for (const cublasLtMatmulAlgo_t& base : bases) {
+    const std::vector<uint32_t> tiles = list_cap(base, CUBLASLT_ALGO_CAP_TILE_IDS);
+    const std::vector<uint32_t> stages = list_cap(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    const int swizzles = int_cap(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
+    const int customs = std::min(int_cap(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 3) + 1;
+    const int id = get_cfg(base, CUBLASLT_ALGO_CONFIG_ID);
+    for (uint32_t tile : tiles)
+      for (uint32_t stage : stages)
+        for (uint32_t cluster : clusters)
+          for (int32_t swz = 0; swz < swizzles; ++swz)
+            for (int32_t custom = 0; custom < customs; ++custom) {
+              if (static_cast<int>(found.size()) >= max_configs) break;
+              const std::array<int, 6> key = {id, static_cast<int>(tile), static_cast<int>(stage),
+                                              static_cast<int>(cluster), swz, custom};
+              if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+              seen.push_back(key);
+              cublasLtMatmulAlgo_t a = base;
+              const int32_t split = 1;
+              auto cfg = [&](cublasLtMatmulAlgoConfigAttributes_t attr, const void* v, size_t n) {
+                return cublasLtMatmulAlgoConfigSetAttribute(&a, attr, v, n) == CUBLAS_STATUS_SUCCESS;
+              };
+              ++st.tried;
+              if (!cfg(CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) ||
+                  !cfg(CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof(stage)) ||
+                  !cfg(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster)) ||
+                  !cfg(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz)) ||
+                  !cfg(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom)) ||
+                  !cfg(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split)))
+                continue;
+              cublasLtMatmulHeuristicResult_t r{};
+              const cublasStatus_t cs =
+                  cublasLtMatmulAlgoCheck(ctx.handle, desc.d, la.l, lb.l, lc.l, lc.l, &a, &r);
+              if (cs != CUBLAS_STATUS_SUCCESS) {
+                if (st.first_refusal == 0) st.first_refusal = static_cast<int>(cs);
+                continue;
+              }
+              if (r.workspaceSize > kWorkspaceBytes) continue;
+              Fp8AlgoTiming t;
+              t.index = static_cast<int>(found.size());
+              t.algo_id = id;
+              t.tile = static_cast<int>(tile);
+              t.stages = static_cast<int>(stage);
+              t.cluster = static_cast<int>(cluster);
+              t.swizzle = swz;
+              t.custom = custom;
+              t.split_k = split;
+              found.push_back({a, t});
+            }
+  }
+  st.accepted = static_cast<int>(found.size());
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  H3_CUDA_CHECK(cudaEventCreate(&e0));
+  H3_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<Fp8AlgoTiming> out;
+  const float alpha = 1.0f, beta = 0.0f;
+  for (Config& f : found) {
+    auto run = [&] {
+      return cublasLtMatmul(ctx.handle, desc.d, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c,
+                            lc.l, &f.algo, ctx.workspace, kWorkspaceBytes, current_stream());
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    std::vector<float> ms;
+    for (int it = 0; it < iters; ++it) {
+      H3_CUDA_CHECK(cudaEventRecord(e0, current_stream()));
+      if (run() != CUBLAS_STATUS_SUCCESS) break;
+      H3_CUDA_CHECK(cudaEventRecord(e1, current_stream()));
+      H3_CUDA_CHECK(cudaEventSynchronize(e1));
+      float v = 0.0f;
+      H3_CUDA_CHECK(cudaEventElapsedTime(&v, e0, e1));
+      ms.push_back(v);
+    }
+    if (ms.empty()) continue;
+    std::sort(ms.begin(), ms.end());
+    f.t.ms = ms[ms.size() / 2];
+    out.push_back(f.t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(out.begin(), out.end(),
+            [](const Fp8AlgoTiming& a, const Fp8AlgoTiming& b) { return a.ms < b.ms; });
   return out;
 }
 
