@@ -377,36 +377,41 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
   return out;
 }
 
-std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Weight& w, int count,
-                                            int iters, bool fast_accum) {
-  require_cuda(x.data, "sweep_linear_fp8", "x");
-  require_cuda(w.data, "sweep_linear_fp8", "w.data");
-  require_same_device(x.data, w.data, "sweep_linear_fp8");
+// The timing entry points' shared set-up: x and w checked, a bf16 output of their GEMM, then
+// `time(m, n, k, x_q, x_scale, w_q, w_scale, out)`.
+template <class Time>
+static std::vector<Fp8AlgoTiming> time_linear_fp8(const Fp8Activation& x, const Fp8Weight& w,
+                                                  const char* op, Time time) {
+  require_cuda(x.data, op, "x");
+  require_cuda(w.data, op, "w.data");
+  require_same_device(x.data, w.data, op);
   set_device_of(x.data);
   const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
   H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling) && m > 0, ErrorCode::kUnsupported,
-           "ops::sweep_linear_fp8: ", m, " x ", k, " -> ", n,
-           " does not run on the FP8 tensor cores");
+           "ops::", op, ": ", m, " x ", k, " -> ", n, " does not run on the FP8 tensor cores");
   Tensor out = Tensor::empty({m, n}, DType::kBF16, x.data.device());
-  return sweep_gemm_fp8(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()),
-                        w.data.raw(), static_cast<const float*>(w.scale.raw()), out.raw(),
-                        DType::kBF16, x.data.device().index, count, iters, fast_accum);
+  return time(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()), w.data.raw(),
+              static_cast<const float*>(w.scale.raw()), out.raw(), x.data.device().index);
+}
+
+std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Weight& w, int count,
+                                            int iters, bool fast_accum) {
+  return time_linear_fp8(x, w, "sweep_linear_fp8",
+                         [&](int64_t m, int64_t n, int64_t k, const void* xq, const float* xs,
+                             const void* wq, const float* ws, void* out, int dev) {
+                           return sweep_gemm_fp8(m, n, k, xq, xs, wq, ws, out, DType::kBF16, dev,
+                                                 count, iters, fast_accum);
+                         });
 }
 
 std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8Weight& w,
                                              int max_configs, int iters, Fp8SearchStats* stats) {
-  require_cuda(x.data, "search_linear_fp8", "x");
-  require_cuda(w.data, "search_linear_fp8", "w.data");
-  require_same_device(x.data, w.data, "search_linear_fp8");
-  set_device_of(x.data);
-  const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
-  H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling) && m > 0, ErrorCode::kUnsupported,
-           "ops::search_linear_fp8: ", m, " x ", k, " -> ", n,
-           " does not run on the FP8 tensor cores");
-  Tensor out = Tensor::empty({m, n}, DType::kBF16, x.data.device());
-  return search_gemm_fp8(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()),
-                         w.data.raw(), static_cast<const float*>(w.scale.raw()), out.raw(),
-                         DType::kBF16, x.data.device().index, max_configs, iters, stats);
+  return time_linear_fp8(x, w, "search_linear_fp8",
+                         [&](int64_t m, int64_t n, int64_t k, const void* xq, const float* xs,
+                             const void* wq, const float* ws, void* out, int dev) {
+                           return search_gemm_fp8(m, n, k, xq, xs, wq, ws, out, DType::kBF16, dev,
+                                                  max_configs, iters, stats);
+                         });
 }
 
 bool linear_fp8_bias_in_epilogue(int64_t m, int64_t n, int64_t k, DType out, DType bias_dtype,
