@@ -96,17 +96,25 @@ if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
   # The first generation's loads from the page cache: every component's files are read once
   # beforehand, the two VAEs last (all 130 GB does not fit this host's 128 GB, and the most
   # recently read pages are the last evicted). Holes of a sparse file that were never read cost a
-  # page allocation each, which is not what a cached read costs.
-  if [ "${H3_E2E_PRELOAD:-1}" = 1 ]; then
-    start=$SECONDS
-    cat "$model"/text_encoder/*.safetensors "$model"/transformer/*.safetensors \
-      "$model"/vae/*.safetensors "$model"/audio_vae/*.safetensors >/dev/null
-    note "page cache: conditioner + transformer read in $((SECONDS - start)) s"
-  fi
+  # page allocation each, which is not what a cached read costs. H3_E2E_PRELOAD_ORDERS gives one
+  # order per --dit-dtype run (the last repeats), e.g. "text_encoder,transformer,vae,audio_vae
+  # transformer,vae,audio_vae,text_encoder" for a second run with the conditioner cached whole.
+  read -r -a preload_orders <<<"${H3_E2E_PRELOAD_ORDERS:-text_encoder,transformer,vae,audio_vae}"
+  preload() {
+    [ "${H3_E2E_PRELOAD:-1}" = 1 ] || return 0
+    local start=$SECONDS files=() c
+    for c in ${1//,/ }; do files+=("$model/$c"/*.safetensors); done
+    cat "${files[@]}" >/dev/null
+    note "page cache: $1 read in $((SECONDS - start)) s"
+  }
   # H3_E2E_FASTH3=0 leaves the FastH3 runs out (a dense-only call).
+  run_index=0
   for dt in ${H3_E2E_DIT_DTYPES:-bf16}; do
   for e in ${H3_E2E_ENVS:-none}; do
     [ "${H3_E2E_FASTH3:-1}" = 0 ] && break
+    order=${preload_orders[$((run_index < ${#preload_orders[@]} ? run_index : ${#preload_orders[@]} - 1))]}
+    run_index=$((run_index + 1))
+    preload "$order"
     tag=${e//[^A-Za-z0-9]/_}
     [ "$dt" != bf16 ] && tag=${tag}_$dt
     envs=(); [ "$e" != none ] && envs=(${e//,/ })
@@ -163,6 +171,13 @@ if [[ " $steps " == *" vaeload "* ]] && [ -x "$bin/h3" ]; then
     grep -E "^  load [0-9]|^best" "$out/load_$c.log" | sed "s/^/$c /" | tee -a "$summary"
     grep -E "VAE load" "$out/load_$c.log" | tail -2 | cut -c1-600 | sed "s/^/$c /" | tee -a "$summary"
   done
+  # H3_VAELOAD_ENVS: the audio VAE's load again under each "NAME=VALUE[,NAME=VALUE]" setting
+  # (e.g. "H3_LOAD_READERS=8 H3_LOAD_READERS=12").
+  for e in ${H3_VAELOAD_ENVS:-}; do
+    tag=${e//[=,]/_}
+    run load_audio_vae_$tag 180 env ${e//,/ } "$bin/h3" bench load --component "$model/audio_vae" --repeat 5 --random-weights
+    grep -E "^best" "$out/load_audio_vae_$tag.log" | sed "s/^/audio_vae $e /" | tee -a "$summary"
+  done
 fi
 if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
   if [[ " $steps " != *" tests "* ]]; then
@@ -172,7 +187,7 @@ if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
   # H3_FP8_SEARCH=N also times up to N cuBLASLt configurations per GEMM (`--search N`).
   search=(); [ -n "${H3_FP8_SEARCH:-}" ] && search=(--search "$H3_FP8_SEARCH")
   run bench_fp8 420 "$bin/h3" bench fp8 "${search[@]}"
-  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)" "$out/bench_fp8.log" | tee -a "$summary"
+  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)|heuristic's" "$out/bench_fp8.log" | tee -a "$summary"
   for dt in bf16 fp8; do
     run dit_fasth3_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa \
       --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt

@@ -171,8 +171,8 @@ int run_bench_fp8(const std::vector<std::string>& args) {
           ops::cuda::search_linear_fp8(xq, wq, search, std::max(iters, 3), &ss);
       if (!json)
         std::printf("  %s search: %d heuristic choices, %d algorithm ids, %d configurations tried, "
-                    "%d accepted (first refusal: status %d), %zu timed\n",
-                    s.name, ss.heuristic, ss.ids, ss.tried, ss.accepted, ss.first_refusal,
+                    "%d not settable, %d accepted (first refusal: status %d), %zu timed\n",
+                    s.name, ss.heuristic, ss.ids, ss.tried, ss.unset, ss.accepted, ss.first_refusal,
                     found.size());
       for (size_t i = 0; i < found.size(); ++i) {
         const ops::cuda::Fp8AlgoTiming& t = found[i];
@@ -180,11 +180,11 @@ int run_bench_fp8(const std::vector<std::string>& args) {
         searched.push_back({{"ms", t.ms}, {"tflops", tf}, {"algo_id", t.algo_id}, {"tile", t.tile},
                             {"stages", t.stages}, {"cluster", t.cluster}, {"swizzle", t.swizzle},
                             {"custom", t.custom}});
-        if (!json && i < 5)
+        if (!json && (i < 5 || t.index == -1))
           std::printf("  %s config %zu of %zu: %8.3f ms %7.1f TFLOP/s (algo %d, tile %d, stages %d, "
-                      "cluster %d, swizzle %d, custom %d)\n",
+                      "cluster %d, swizzle %d, custom %d)%s\n",
                       s.name, i + 1, found.size(), t.ms, tf, t.algo_id, t.tile, t.stages,
-                      t.cluster, t.swizzle, t.custom);
+                      t.cluster, t.swizzle, t.custom, t.index == -1 ? " = the heuristic's" : "");
       }
     }
     const Tensor xs = x.slice(0, 0, std::min<int64_t>(rows, 256));

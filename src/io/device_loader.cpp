@@ -270,6 +270,25 @@ bool mostly_cached(int fd, const std::vector<Range>& ranges) {
   return resident * 10 >= pages * 9;
 }
 
+// The readers for ranges in the page cache: the options' count, or H3_LOAD_READERS (1-64), which
+// benchmarks use to measure a host's memcpy scaling.
+int cached_reader_count(const DeviceLoaderOptions& options) {
+  static const int env = [] {
+    const char* v = std::getenv("H3_LOAD_READERS");
+    if (v == nullptr || *v == '\0') return 0;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 64) {
+      H3_LOG_WARN("H3_LOAD_READERS='", v, "' is not a count from 1 to 64; ignored");
+      return 0;
+    }
+    return static_cast<int>(n);
+  }();
+  if (env > 0) return env;
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::min(options.cached_reader_threads, cores);
+}
+
 }  // namespace
 
 uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
@@ -301,7 +320,7 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
   // costs milliseconds, a sizeable part of such a load from the cache, while the extra parallel
   // requests it would spare a cold disk cost that read little.
   constexpr uint64_t kProbeFrom = uint64_t{1} << 30;
-  const int cached_readers = std::max(options.reader_threads, options.cached_reader_threads);
+  const int cached_readers = std::max(options.reader_threads, cached_reader_count(options));
   const int readers = total < kProbeFrom || mostly_cached(fd.get(), ranges)
                           ? cached_readers
                           : options.reader_threads;
@@ -535,6 +554,7 @@ struct Shared {
   std::mutex mu;
   std::map<int, std::unique_ptr<DeviceLoader>> cuda;  // by device index
   LoadStats totals;
+  bool device_loaded = false;  // a load to a CUDA device has happened
 };
 
 Shared& shared() {
@@ -547,10 +567,14 @@ Shared& shared() {
 std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
                                     Device device, LoadLayout layout) {
   Shared& s = shared();
-  std::lock_guard<std::mutex> lock(s.mu);
+  // A device's loader (its staging ring) serves one load at a time; a host load has its own
+  // loader and holds the lock only to count, so that it may run beside a device load (the audio
+  // VAE reads its filters on the host while its weights stream to the device).
+  std::unique_lock<std::mutex> lock(s.mu, std::defer_lock);
   std::unique_ptr<DeviceLoader> cpu;
   DeviceLoader* loader = nullptr;
   if (device.is_cuda()) {
+    lock.lock();
     auto& l = s.cuda[device.index];
     if (!l) l = std::make_unique<DeviceLoader>(device);
     loader = l.get();
@@ -561,6 +585,7 @@ std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<Lo
   const LoadStats before = loader->stats();
   std::vector<Tensor> out = loader->load(ckpt, items, layout);
   const LoadStats d = loader->stats().since(before);
+  if (!lock.owns_lock()) lock.lock();
   s.totals.bytes += d.bytes;
   s.totals.tensors += d.tensors;
   s.totals.seconds += d.seconds;
@@ -569,7 +594,10 @@ std::vector<Tensor> load_tensors_to(const Checkpoint& ckpt, const std::vector<Lo
   s.totals.read_seconds += d.read_seconds;
   s.totals.copy_seconds += d.copy_seconds;
   s.totals.wait_seconds += d.wait_seconds;
-  s.totals.method = d.method;
+  // The method names the device path once there is one: a host load beside it (or after it)
+  // does not rename it.
+  if (device.is_cuda() || !s.device_loaded) s.totals.method = d.method;
+  s.device_loaded = s.device_loaded || device.is_cuda();
   // Benchmarks' random weights (io/weight_fill.h): after the read, so load timings stay real.
   if (weight_fill()) {
     const auto f0 = Clock::now();

@@ -78,8 +78,9 @@ struct DeviceLoaderOptions {
   int reader_threads = 4;                   // parallel preads per chunk
   // Readers when the ranges are already in the page cache (mincore): copying out of the cache is
   // bound by memcpy per core, not by the disk, which more parallel requests would only slow down
-  // (bench/RESULTS.md, weight loading: warm 12.3-15.2 GB/s with 4 readers, 15.6-16.3 with 8).
-  int cached_reader_threads = 8;
+  // (bench/RESULTS.md, weight loading: warm 12.3-15.2 GB/s with 4 readers, 15.6-16.3 with 8; the
+  // audio VAE alone 13.4 GB/s with 8, 15.0 with 12, 17.6 with 16). At most one per hardware thread.
+  int cached_reader_threads = 16;
   // Ranges of wanted tensors separated by at most this many unwanted bytes are read as one.
   uint64_t merge_gap = uint64_t{1} << 20;
   // CPU target only: return owned copies read through the chunked reader instead of mmap views.

@@ -45,12 +45,19 @@ video_vae::VaePrecision vae_precision_of(const EngineOptions& o) {
 // CPU where tensors are borrowed from the mapping, the checkpoint's bytes), and the method.
 class LoadMeter {
  public:
-  LoadMeter(Receipt& rc, const std::string& name, uint64_t file_bytes)
-      : rc_(rc), name_(name), file_bytes_(file_bytes), before_(io::device_load_totals()),
-        stage_(rc.stage("load " + name)) {}
+  // A load's stage starts once the device has finished what earlier stages queued (the last
+  // denoise step's tail, a decode): the loader's copies are ordered after that work, which would
+  // otherwise be charged to the load.
+  LoadMeter(Receipt& rc, const std::string& name, uint64_t file_bytes, Device device)
+      : rc_(rc), name_(name), file_bytes_(file_bytes), idle_(settle(device)),
+        before_(io::device_load_totals()), stage_(rc.stage("load " + name)) {}
   ~LoadMeter() = default;
   // Call once the component is loaded.
   void done(Device device) {
+    // The work a load queued on the device (weight folds, conversions, a benchmark's random fill)
+    // is part of it: waited for here, it is not charged to the next component's load, whose
+    // copies would otherwise queue behind it.
+    if (device.is_cuda()) Stream().synchronize();
     const io::LoadStats after = io::device_load_totals();
     const uint64_t moved = after.bytes - before_.bytes;
     stage_.add_bytes(moved ? moved : file_bytes_);
@@ -62,9 +69,14 @@ class LoadMeter {
   }
 
  private:
+  static bool settle(Device device) {
+    if (device.is_cuda()) Stream().synchronize();
+    return true;
+  }
   Receipt& rc_;
   std::string name_;
   uint64_t file_bytes_;
+  [[maybe_unused]] bool idle_;  // settle() ran (before before_ and stage_, in declaration order)
   io::LoadStats before_;
   Receipt::Stage stage_;
 };
@@ -143,7 +155,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc, bool with_vision) {
       const io::Checkpoint ck = repo_.checkpoint("text_encoder");
       for (const std::string& n : ck.names())
         if (n.rfind("model.visual.", 0) == 0) vision_bytes += ck.info(n).nbytes;
-      LoadMeter meter(rc, "conditioner vision", vision_bytes);
+      LoadMeter meter(rc, "conditioner vision", vision_bytes, options_.device);
       l.conditioner->load_vision(repo_.component("text_encoder").folder);
       meter.done(options_.device);
     }
@@ -155,7 +167,7 @@ qwen3_vl::Qwen3VlModel& Engine::conditioner(Receipt& rc, bool with_vision) {
     l.vae.reset();
     l.audio_vae.reset();
   }
-  LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"));
+  LoadMeter meter(rc, "conditioner", file_bytes_of(plan_, "conditioner"), options_.device);
   qwen3_vl::Qwen3VlLoadOptions copt;
   copt.stream_layers = options_.stream_conditioner || plan_.conditioner_streamed;
   copt.vision = with_vision;
@@ -190,7 +202,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   } else if (plan_.cpu_offload) {
     dopt.resident_blocks = plan_.dit_resident_blocks;
   }
-  LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes());
+  LoadMeter meter(rc, name, repo_.checkpoint(name).total_bytes(), options_.device);
   l.transformer = dit::DitModel::load(repo_.component(name).folder, dopt);
   l.transformer_is_ref = reference;
   meter.done(options_.device);
@@ -247,7 +259,7 @@ video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
   vopt.device = options_.device;
   vopt.precision = vae_precision_of(options_);
   vopt.load_encoder = encoder;
-  LoadMeter meter(rc, "vae", file_bytes_of(plan_, "vae"));
+  LoadMeter meter(rc, "vae", file_bytes_of(plan_, "vae"), options_.device);
   l.vae = video_vae::VideoVae::load(repo_.component("vae").folder, vopt);
   l.vae_has_encoder = encoder;
   meter.done(options_.device);
@@ -262,7 +274,7 @@ audio_vae::AudioVae& Engine::audio_vae(Receipt& rc, bool encoder) {
   audio_vae::AudioVaeOptions aopt;
   aopt.device = options_.device;
   aopt.load_encoder = encoder;
-  LoadMeter meter(rc, "audio_vae", file_bytes_of(plan_, "audio_vae"));
+  LoadMeter meter(rc, "audio_vae", file_bytes_of(plan_, "audio_vae"), options_.device);
   l.audio_vae = audio_vae::AudioVae::load(repo_.component("audio_vae").folder, aopt);
   l.audio_vae_has_encoder = encoder;
   meter.done(options_.device);

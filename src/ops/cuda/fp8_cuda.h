@@ -33,9 +33,10 @@ std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation& x, const Fp8Wei
 // split-k, float32 promotion kept), up to N of them timed (median of `iters`), fastest first.
 // `index` numbers the configurations in the order they were found.
 // `stats` (optional) counts what the search saw: the heuristic's choices and the algorithm ids it
-// started from, the configurations tried and accepted, and the first refusal's status.
+// started from, the configurations tried, those whose attributes could not be set, those accepted,
+// and the first refusal's status. Index -1 is the heuristic's own configuration.
 struct Fp8SearchStats {
-  int heuristic = 0, ids = 0, tried = 0, accepted = 0, first_refusal = 0;
+  int heuristic = 0, ids = 0, tried = 0, unset = 0, accepted = 0, first_refusal = 0;
 };
 std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8Weight& w,
                                              int max_configs, int iters,

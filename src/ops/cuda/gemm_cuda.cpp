@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -273,7 +274,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 namespace {
 
 // gemm_fp8's cached algorithm for a shape, output, bias and the operands' alignments (null:
-// cuBLASLt has none).
+// cuBLASLt has none). The heuristic's first choice: `h3 bench fp8 --search` timed 200 of the 1,224
+// configurations cuBLASLt accepts for each of the DiT's GEMMs on the H200, and none beat it.
 const cublasLtMatmulAlgo_t* fp8_algo(LtContext& ctx, const Fp8Desc& desc, const Layout& la,
                                      const Layout& lb, const Layout& lc, int64_t M, int64_t N,
                                      int64_t K, DType c_dtype, int device, int64_t al_w,
@@ -374,7 +376,11 @@ std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const
     t.tile = attr(CUBLASLT_ALGO_CONFIG_TILE_ID);
     t.stages = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
     t.split_k = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-    t.cluster = attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+    uint16_t cluster = 0;  // a uint16_t attribute, unlike the others
+    size_t cluster_bytes = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&found[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                         &cluster, sizeof(cluster), &cluster_bytes);
+    t.cluster = cluster;
     t.algo_id = attr(CUBLASLT_ALGO_CONFIG_ID);
     t.swizzle = attr(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
     t.custom = attr(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
@@ -458,8 +464,9 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
     cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &bytes);
     return static_cast<int>(v);
   };
-  // Hopper's cluster shapes that fit these GEMMs' grids (automatic first).
-  const uint32_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+  // Hopper's cluster shapes that fit these GEMMs' grids (automatic first). The attribute is a
+  // uint16_t: set with any other width, cuBLASLt refuses it.
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
                                CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
                                CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
                                CUBLASLT_CLUSTER_SHAPE_1x4x1};
@@ -467,24 +474,27 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
     cublasLtMatmulAlgo_t algo;
     Fp8AlgoTiming t;
   };
+  // Every configuration the library accepts is checked (cheap: no kernel runs), then at most
+  // max_configs of them timed: the heuristic's own first, the rest evenly spread over the list so
+  // that every algorithm and tile gets a look.
   std::vector<Config> found;
-  std::vector<std::array<int, 6>> seen;
+  std::set<std::array<int, 6>> seen;
   for (const cublasLtMatmulAlgo_t& base : bases) {
     const std::vector<uint32_t> tiles = list_cap(base, CUBLASLT_ALGO_CAP_TILE_IDS);
     const std::vector<uint32_t> stages = list_cap(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
-    const int swizzles = int_cap(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
-    const int customs = std::min(int_cap(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 3) + 1;
+    const uint32_t swizzles = int_cap(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
+    const uint32_t customs =
+        static_cast<uint32_t>(std::clamp(int_cap(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 0, 3)) + 1;
     const int id = get_cfg(base, CUBLASLT_ALGO_CONFIG_ID);
     for (uint32_t tile : tiles)
       for (uint32_t stage : stages)
-        for (uint32_t cluster : clusters)
-          for (int32_t swz = 0; swz < swizzles; ++swz)
-            for (int32_t custom = 0; custom < customs; ++custom) {
-              if (static_cast<int>(found.size()) >= max_configs) break;
+        for (uint16_t cluster : clusters)
+          for (uint32_t swz = 0; swz < swizzles; ++swz)
+            for (uint32_t custom = 0; custom < customs; ++custom) {
               const std::array<int, 6> key = {id, static_cast<int>(tile), static_cast<int>(stage),
-                                              static_cast<int>(cluster), swz, custom};
-              if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-              seen.push_back(key);
+                                              static_cast<int>(cluster), static_cast<int>(swz),
+                                              static_cast<int>(custom)};
+              if (!seen.insert(key).second) continue;
               cublasLtMatmulAlgo_t a = base;
               const int32_t split = 1;
               auto cfg = [&](cublasLtMatmulAlgoConfigAttributes_t attr, const void* v, size_t n) {
@@ -496,8 +506,10 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
                   !cfg(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster)) ||
                   !cfg(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz)) ||
                   !cfg(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom)) ||
-                  !cfg(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split)))
+                  !cfg(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split))) {
+                ++st.unset;
                 continue;
+              }
               cublasLtMatmulHeuristicResult_t r{};
               const cublasStatus_t cs =
                   cublasLtMatmulAlgoCheck(ctx.handle, desc.d, la.l, lb.l, lc.l, lc.l, &a, &r);
@@ -512,13 +524,37 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
               t.tile = static_cast<int>(tile);
               t.stages = static_cast<int>(stage);
               t.cluster = static_cast<int>(cluster);
-              t.swizzle = swz;
-              t.custom = custom;
+              t.swizzle = static_cast<int>(swz);
+              t.custom = static_cast<int>(custom);
               t.split_k = split;
               found.push_back({a, t});
             }
   }
   st.accepted = static_cast<int>(found.size());
+  if (static_cast<int>(found.size()) > max_configs) {
+    std::vector<Config> spread;
+    if (!bases.empty() && st.heuristic > 0) {
+      // The heuristic's own configuration, as it came, leads (its tile and stages as chosen).
+      Config own{bases[0], {}};
+      own.t.algo_id = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_ID);
+      own.t.tile = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_TILE_ID);
+      own.t.stages = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_STAGES_ID);
+      uint16_t cl = 0;
+      size_t bytes = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&bases[0], CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl,
+                                           sizeof(cl), &bytes);
+      own.t.cluster = cl;
+      own.t.swizzle = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+      own.t.custom = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+      own.t.split_k = 1;
+      own.t.index = -1;
+      spread.push_back(own);
+    }
+    const size_t want = static_cast<size_t>(std::max(max_configs, 1));
+    for (size_t i = 0; spread.size() < want && i < want; ++i)
+      spread.push_back(found[i * found.size() / want]);
+    found = std::move(spread);
+  }
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   H3_CUDA_CHECK(cudaEventCreate(&e0));
   H3_CUDA_CHECK(cudaEventCreate(&e1));
