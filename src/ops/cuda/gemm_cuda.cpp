@@ -299,6 +299,29 @@ const cublasLtMatmulAlgo_t* fp8_algo(LtContext& ctx, const Fp8Desc& desc, const 
   return algo_for(key, ctx, desc.d, la, lb, lc, al_w, al_x, al_c, &st);
 }
 
+// An algorithm's configuration ids as the timings report them (-1 where it has none).
+Fp8AlgoTiming config_of(const cublasLtMatmulAlgo_t& a) {
+  auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t id) {
+    int32_t v = -1;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, id, &v, sizeof(v), &written);
+    return static_cast<int>(v);
+  };
+  Fp8AlgoTiming t;
+  t.algo_id = attr(CUBLASLT_ALGO_CONFIG_ID);
+  t.tile = attr(CUBLASLT_ALGO_CONFIG_TILE_ID);
+  t.stages = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  t.split_k = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  t.swizzle = attr(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  t.custom = attr(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  uint16_t cluster = 0;  // a uint16_t attribute, unlike the others
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                       sizeof(cluster), &written);
+  t.cluster = cluster;
+  return t;
+}
+
 }  // namespace
 
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
@@ -364,26 +387,9 @@ std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const
                             lc.l, &found[i].algo, ctx.workspace, kWorkspaceBytes,
                             current_stream());
     };
-    Fp8AlgoTiming t;
+    Fp8AlgoTiming t = config_of(found[i].algo);
     t.index = static_cast<int>(i);
     t.fast_accum = fast_accum;
-    auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
-      int32_t v = -1;
-      size_t written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&found[i].algo, a, &v, sizeof(v), &written);
-      return static_cast<int>(v);
-    };
-    t.tile = attr(CUBLASLT_ALGO_CONFIG_TILE_ID);
-    t.stages = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
-    t.split_k = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-    uint16_t cluster = 0;  // a uint16_t attribute, unlike the others
-    size_t cluster_bytes = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&found[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-                                         &cluster, sizeof(cluster), &cluster_bytes);
-    t.cluster = cluster;
-    t.algo_id = attr(CUBLASLT_ALGO_CONFIG_ID);
-    t.swizzle = attr(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
-    t.custom = attr(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a choice that does not run is left out
     std::vector<float> ms;
     for (int it = 0; it < iters; ++it) {
@@ -458,12 +464,6 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
       return 0;
     return static_cast<int>(v);
   };
-  auto get_cfg = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
-    int32_t v = -1;
-    size_t bytes = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &bytes);
-    return static_cast<int>(v);
-  };
   // Hopper's cluster shapes that fit these GEMMs' grids (automatic first). The attribute is a
   // uint16_t: set with any other width, cuBLASLt refuses it.
   const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
@@ -485,7 +485,7 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
     const uint32_t swizzles = int_cap(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
     const uint32_t customs =
         static_cast<uint32_t>(std::clamp(int_cap(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 0, 3)) + 1;
-    const int id = get_cfg(base, CUBLASLT_ALGO_CONFIG_ID);
+    const int id = config_of(base).algo_id;
     for (uint32_t tile : tiles)
       for (uint32_t stage : stages)
         for (uint16_t cluster : clusters)
@@ -535,17 +535,7 @@ std::vector<Fp8AlgoTiming> search_gemm_fp8(int64_t M, int64_t N, int64_t K, cons
     std::vector<Config> spread;
     if (!bases.empty() && st.heuristic > 0) {
       // The heuristic's own configuration, as it came, leads (its tile and stages as chosen).
-      Config own{bases[0], {}};
-      own.t.algo_id = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_ID);
-      own.t.tile = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_TILE_ID);
-      own.t.stages = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_STAGES_ID);
-      uint16_t cl = 0;
-      size_t bytes = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&bases[0], CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl,
-                                           sizeof(cl), &bytes);
-      own.t.cluster = cl;
-      own.t.swizzle = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
-      own.t.custom = get_cfg(bases[0], CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+      Config own{bases[0], config_of(bases[0])};
       own.t.split_k = 1;
       own.t.index = -1;
       spread.push_back(own);
