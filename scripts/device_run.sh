@@ -93,19 +93,58 @@ fi
 if [[ " $steps " == *" e2e "* ]] && [ -x "$bin/h3" ]; then
   model=${H3_E2E_MODEL:-/tmp/h3-released-fasth3}
   [ -d "$model" ] || "$bin/h3" make-tiny --released-shapes --fasth3 "$model" >"$out/make_released.log" 2>&1
-  # The first generation's loads from the page cache: every component's files are read once
-  # beforehand, the two VAEs last (all 130 GB does not fit this host's 128 GB, and the most
-  # recently read pages are the last evicted). Holes of a sparse file that were never read cost a
-  # page allocation each, which is not what a cached read costs. H3_E2E_PRELOAD_ORDERS gives one
-  # order per --dit-dtype run (the last repeats), e.g. "text_encoder,transformer,vae,audio_vae
-  # transformer,vae,audio_vae,text_encoder" for a second run with the conditioner cached whole.
+  # The first generation's loads from the page cache: every component's files are dropped from
+  # the cache (posix_fadvise, no root needed) and then exactly the ranges a T2VA generation reads
+  # are read once, in the order given: the conditioner's token embeddings and layers 0-49 (not
+  # layers 50-63 nor the vision tower, 17 GB that would evict the rest), every other component
+  # whole. All of the files (143 GB) do not fit this host's 128 GiB; what is read (127 GB) does.
+  # Holes of a sparse file that were never read cost a page allocation each, which is not what a
+  # cached read costs. H3_E2E_PRELOAD_ORDERS gives one order per --dit-dtype run (the last
+  # repeats).
   read -r -a preload_orders <<<"${H3_E2E_PRELOAD_ORDERS:-text_encoder,transformer,vae,audio_vae}"
   preload() {
     [ "${H3_E2E_PRELOAD:-1}" = 1 ] || return 0
-    local start=$SECONDS files=() c
-    for c in ${1//,/ }; do files+=("$model/$c"/*.safetensors); done
-    cat "${files[@]}" >/dev/null
+    local start=$SECONDS
+    python3 - "$model" "$1" <<'PY' 2>&1 | tee -a "$summary"
+import glob, json, os, re, struct, sys
+model, order = sys.argv[1], sys.argv[2].split(",")
+tap = 50
+for f in glob.glob(os.path.join(model, "*", "*.safetensors")):
+    fd = os.open(f, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+for comp in order:
+    total = 0
+    for f in sorted(glob.glob(os.path.join(model, comp, "*.safetensors"))):
+        with open(f, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(n))
+        ranges = []
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            if comp == "text_encoder":
+                m = re.match(r"model\.language_model\.layers\.(\d+)\.", name)
+                keep = (m and int(m.group(1)) < tap) or name.startswith("model.language_model.embed_tokens.")
+                if not keep:
+                    continue
+            a, b = t["data_offsets"]
+            ranges.append((8 + n + a, 8 + n + b))
+        ranges.sort()
+        fd = os.open(f, os.O_RDONLY)
+        for a, b in ranges:
+            pos = a
+            while pos < b:
+                got = len(os.pread(fd, min(b - pos, 64 << 20), pos))
+                if got == 0:
+                    break
+                pos += got
+            total += b - a
+        os.close(fd)
+    print("  page cache: %s %.2f GB read" % (comp, total / 1e9))
+PY
     note "page cache: $1 read in $((SECONDS - start)) s"
+    grep -E "^(MemTotal|MemAvailable|Cached)" /proc/meminfo | tr -s ' ' | tr '\n' ' ' | sed 's/^/  /' | tee -a "$summary"; echo | tee -a "$summary"
   }
   # H3_E2E_FASTH3=0 leaves the FastH3 runs out (a dense-only call).
   run_index=0
@@ -146,7 +185,10 @@ PY
   rows=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['packed_rows'])" "$out/e2e_fasth3_none.json" 2>/dev/null || echo 0)
   text=$((rows - 414 - 37296))
   if [ "$text" -gt 0 ]; then
-    run bench_dit_vsa 200 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --text-rows "$text"
+    # Sustained, as the step loop runs: the H200 holds its power cap (about 690 W, 1.7 GHz) over
+    # a 16 s denoise and over 40 iterations, not over 3 (2026-12-03: block mean 76.75 ms over 3,
+    # 78.41 over 40, the loop 79.57).
+    run bench_dit_vsa 200 "$bin/h3" bench dit --blocks 2 --iters 40 --warmup 3 --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --text-rows "$text"
     grep -E "ms per block|mean|block" "$out/bench_dit_vsa.log" | head -8 | tee -a "$summary"
   fi
   # H3_E2E_DENSE_STEPS=0 leaves the dense preset out.

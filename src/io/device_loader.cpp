@@ -77,8 +77,59 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Each tensor of a packed load starts at this boundary (what cudaMalloc guarantees one alone).
+// A packed load's runs start at this boundary (what cudaMalloc guarantees one tensor alone); the
+// tensors inside a run keep the file's distances where those are multiples of kRunAlign (what
+// vectorized kernels ask of a pointer), across gaps of at most kRunGap bytes (unread tensors, or
+// the few bytes a writer's alignment leaves, that then take device memory unused).
 constexpr uint64_t kPackAlign = 256;
+constexpr uint64_t kRunAlign = 16;
+constexpr uint64_t kRunGap = uint64_t{64} << 10;
+
+uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// Where each item of a packed load goes in its allocation (LoadLayout), and the run it belongs
+// to (ByteSpan::run; 0 for none). Returns the allocation's size.
+uint64_t packed_layout(const Checkpoint& ckpt, const std::vector<LoadItem>& items,
+                       std::vector<uint64_t>* at, std::vector<uint32_t>* run) {
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // File by file, in file order (a file's position in the checkpoint stands for the file).
+  std::vector<std::pair<const SafetensorsFile*, uint64_t>> key(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    key[i] = {&ckpt.file_of(items[i].name), ckpt.info(items[i].name).begin};
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+  // A tensor asked for more than once gets a place per request (a caller may write one over):
+  // the repeats go last, so that they do not break the run of the tensors around them.
+  {
+    std::vector<size_t> firsts, repeats;
+    for (size_t k = 0; k < order.size(); ++k)
+      (k > 0 && key[order[k]] == key[order[k - 1]] ? repeats : firsts).push_back(order[k]);
+    firsts.insert(firsts.end(), repeats.begin(), repeats.end());
+    order = std::move(firsts);
+  }
+  at->assign(items.size(), 0);
+  run->assign(items.size(), 0);
+  uint64_t end = 0;  // of the allocation so far
+  uint32_t runs = 0;
+  const SafetensorsFile* run_file = nullptr;
+  uint64_t run_begin = 0, run_at = 0, run_end = 0;  // file offsets, and the run's place
+  for (size_t i : order) {
+    const TensorInfo& info = ckpt.info(items[i].name);
+    const bool joins = runs > 0 && key[i].first == run_file && info.begin >= run_end &&
+                       info.begin - run_end <= kRunGap && (info.begin - run_begin) % kRunAlign == 0;
+    if (!joins) {
+      run_file = key[i].first;
+      run_begin = info.begin;
+      run_at = align_up(end, kPackAlign);
+      ++runs;
+    }
+    (*at)[i] = run_at + (info.begin - run_begin);
+    (*run)[i] = runs;
+    run_end = info.begin + info.nbytes;
+    end = std::max(end, (*at)[i] + info.nbytes);
+  }
+  return end;
+}
 
 CufileMode resolve_cufile_mode(CufileMode m) {
   if (m != CufileMode::kEnv) return m;
@@ -368,14 +419,34 @@ uint64_t stream_spans(const std::string& path, std::vector<ByteSpan> spans,
     t0 = Clock::now();
     uint8_t* buf = sink.buffer(c.slot);
     const uint64_t chunk_end = c.pos + c.len;
+    // One copy per stretch of a run (ByteSpan::run) in this chunk, else one per span.
+    uint8_t* pending_dst = nullptr;
+    uint64_t pending_b = 0, pending_e = 0;
+    uint32_t pending_run = 0;
+    auto flush = [&] {
+      if (pending_e > pending_b)
+        sink.copy(pending_dst, buf + (pending_b - c.pos), static_cast<size_t>(pending_e - pending_b),
+                  c.slot);
+      pending_e = pending_b;
+    };
     for (size_t i = c.first_span; i < c.last_span && spans[i].offset < chunk_end; ++i) {
       const ByteSpan& sp = spans[i];
       const uint64_t b = std::max(sp.offset, c.pos);
       const uint64_t e = std::min(sp.offset + sp.nbytes, chunk_end);
-      if (e > b)
-        sink.copy(static_cast<uint8_t*>(sp.dst) + (b - sp.offset), buf + (b - c.pos),
-                  static_cast<size_t>(e - b), c.slot);
+      if (e <= b) continue;
+      uint8_t* dst = static_cast<uint8_t*>(sp.dst) + (b - sp.offset);
+      if (sp.run != 0 && sp.run == pending_run && pending_e > pending_b && b >= pending_e &&
+          dst == pending_dst + (b - pending_b)) {
+        pending_e = e;
+        continue;
+      }
+      flush();
+      pending_dst = dst;
+      pending_b = b;
+      pending_e = e;
+      pending_run = sp.run;
     }
+    flush();
     sink.release(c.slot);
     t.copy_seconds += seconds_since(t0);
     ++done;
@@ -469,26 +540,24 @@ std::vector<Tensor> DeviceLoader::load(const Checkpoint& ckpt, const std::vector
   } else {
     const auto a0 = Clock::now();
     std::shared_ptr<Storage> pack;  // LoadLayout::kPacked: every tensor's bytes
+    std::vector<uint64_t> packed_at;
+    std::vector<uint32_t> run(items.size(), 0);
     if (layout == LoadLayout::kPacked) {
-      uint64_t total = 0;
-      for (const LoadItem& it : items)
-        total += (ckpt.info(it.name).nbytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+      const uint64_t total = packed_layout(ckpt, items, &packed_at, &run);
       if (total > 0) pack = Storage::allocate(static_cast<size_t>(total), device_);
     }
     // Group by file (a sharded checkpoint streams each shard in its own order).
     std::map<const SafetensorsFile*, std::vector<ByteSpan>> by_file;
-    uint64_t packed_at = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const TensorInfo& info = ckpt.info(items[i].name);
       if (pack) {
-        out[i] = Tensor::over(pack, static_cast<size_t>(packed_at), info.shape, info.dtype);
-        packed_at += (info.nbytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+        out[i] = Tensor::over(pack, static_cast<size_t>(packed_at[i]), info.shape, info.dtype);
       } else {
         out[i] = Tensor::empty(info.shape, info.dtype, device_);
       }
       bytes += info.nbytes;
       by_file[&ckpt.file_of(items[i].name)].push_back(
-          {info.begin, info.nbytes, out[i].raw(), items[i].name});
+          {info.begin, info.nbytes, out[i].raw(), items[i].name, run[i]});
     }
     stats_.alloc_seconds += seconds_since(a0);
     bool done = false;

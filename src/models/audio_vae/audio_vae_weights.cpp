@@ -62,10 +62,13 @@ namespace {
 // the preparation runs there with ops: each weight-norm fold writes w over its float32 v in place
 // (ops::weight_norm_into), so the folded weights need no memory beyond what was read and no
 // allocation at all; concatenations and casts make their own tensors. The filters, 12 taps each,
-// are read on the host, checked, repeated per channel and uploaded together at the end
-// (upload_filters).
+// are read on the host, checked, repeated per channel and uploaded together by a host thread
+// beside the device pass (prepare_filters), which spends most of its time waiting for copies.
 class Builder {
  public:
+  static constexpr const char* kUpFilter = "upsample.filter";
+  static constexpr const char* kDownFilter = "downsample.lowpass.filter";
+
   Builder(const io::Checkpoint& ckpt, const AudioVaeWeightPolicy& p) : ckpt_(ckpt), policy_(p) {}
 
   // CUDA: reads `names` onto the device in one pass, into one allocation; later requests for
@@ -118,44 +121,45 @@ class Builder {
     return place(Tensor::from_f32(bias, {3 * ld}));
   }
 
-  // Anti-aliased SnakeBeta parameters. The filters are host tensors until upload_filters.
+  // Anti-aliased SnakeBeta parameters. On the device the filters are views of the buffer
+  // prepare_filters uploaded.
   ActivationWeights activation(const std::string& prefix, int64_t channels) const {
     ActivationWeights a;
     a.log_alpha = f32(prefix + "act.alpha", {channels});
     a.log_beta = f32(prefix + "act.beta", {channels});
-    const std::vector<float> up = filter(prefix + "upsample.filter");
-    const std::vector<float> down = filter(prefix + "downsample.lowpass.filter");
-    a.up_filter = repeat_filter(up, channels, static_cast<float>(kAliasRatio));
-    a.down_filter = repeat_filter(down, channels, 1.0f);
+    const std::string up = prefix + kUpFilter, down = prefix + kDownFilter;
+    if (on_device()) {
+      a.up_filter = device_filter(up, channels);
+      a.down_filter = device_filter(down, channels);
+    } else {
+      a.up_filter = place(repeat_filter(filter(up), channels, static_cast<float>(kAliasRatio)));
+      a.down_filter = place(repeat_filter(filter(down), channels, 1.0f));
+    }
     return a;
   }
 
-  // Moves the host-built filters of `d` to the device with one copy: they are packed into one
-  // buffer (each at a 256-byte boundary) and become views of it.
-  void upload_filters(DecoderWeights& d) const {
+  // Device loads: the filters of `activations` (name prefix, channels), checked, repeated per
+  // channel (the up filter times the ratio) and packed into one buffer, each at a 256-byte
+  // boundary, that goes to the device in one copy. Runs on a host thread beside the device pass,
+  // after preload_host; activation() then takes views of the buffer.
+  void prepare_filters(const std::vector<std::pair<std::string, int64_t>>& activations) {
     if (!on_device()) return;
-    std::vector<Tensor*> filters;
-    for (AmpBlockWeights& amp : d.resblocks)
-      for (ActivationWeights& a : amp.acts)
-        filters.insert(filters.end(), {&a.up_filter, &a.down_filter});
-    filters.insert(filters.end(), {&d.act_post.up_filter, &d.act_post.down_filter});
-    constexpr int64_t kAlign = 256 / sizeof(float);
-    std::vector<int64_t> offsets;
-    int64_t total = 0;
-    for (const Tensor* f : filters) {
-      offsets.push_back(total);
-      total += (f->numel() + kAlign - 1) / kAlign * kAlign;
+    constexpr size_t kAlign = 256 / sizeof(float);
+    std::vector<float> packed;
+    for (const auto& [prefix, channels] : activations) {
+      for (const bool up : {true, false}) {
+        const std::string name = prefix + (up ? kUpFilter : kDownFilter);
+        const std::vector<float> taps = filter(name);
+        const float gain = up ? static_cast<float>(kAliasRatio) : 1.0f;
+        filter_at_[name] = static_cast<int64_t>(packed.size());
+        for (int64_t c = 0; c < channels; ++c)
+          for (const float t : taps) packed.push_back(gain * t);
+        packed.resize((packed.size() + kAlign - 1) / kAlign * kAlign, 0.0f);
+      }
     }
-    std::vector<float> packed(static_cast<size_t>(total), 0.0f);
-    for (size_t i = 0; i < filters.size(); ++i) {
-      const float* src = filters[i]->data<float>();
-      std::copy(src, src + filters[i]->numel(), packed.begin() + offsets[i]);
-    }
-    const Tensor all = Tensor::from_f32(packed, {total}).to(policy_.device);
-    for (size_t i = 0; i < filters.size(); ++i) {
-      const Shape shape = filters[i]->shape();
-      *filters[i] = all.slice(0, offsets[i], offsets[i] + filters[i]->numel()).view(shape);
-    }
+    if (!packed.empty())
+      device_filters_ =
+          Tensor::from_f32(packed, {static_cast<int64_t>(packed.size())}).to(policy_.device);
   }
 
   Tensor place(const Tensor& host_tensor) const { return host_tensor.to(policy_.device); }
@@ -226,6 +230,16 @@ class Builder {
     return place(fold_weight_norm(g, v));
   }
 
+  // [C, 1, K] view of the uploaded filter `name` (prepare_filters).
+  Tensor device_filter(const std::string& name, int64_t channels) const {
+    const auto it = filter_at_.find(name);
+    H3_CHECK(it != filter_at_.end() && device_filters_.defined(), ErrorCode::kInternal,
+             "audio VAE ", ckpt_.source(), ": filter '", name, "' was not prepared for ",
+             policy_.device.str());
+    return device_filters_.slice(0, it->second, it->second + channels * kAliasFilterTaps)
+        .view({channels, 1, kAliasFilterTaps});
+  }
+
   std::vector<float> filter(const std::string& name) const {
     std::vector<float> taps = host(name, {kAliasFilterTaps}).to_f32_vector();
     if (built_filter_.empty()) built_filter_ = alias_free_filter();  // the same for every filter
@@ -264,6 +278,8 @@ class Builder {
   const AudioVaeWeightPolicy& policy_;
   mutable std::map<std::string, Tensor> preloaded_;  // on the device, taken out as used
   std::map<std::string, Tensor> host_;               // the filters of a device load
+  std::map<std::string, int64_t> filter_at_;         // each filter's place in device_filters_
+  Tensor device_filters_;                            // the decoder's filters, packed (device)
   mutable std::vector<float> built_filter_;          // the Kaiser-sinc construction, once
   mutable int64_t filters_differing_ = 0;
   mutable double worst_filter_difference_ = 0.0;
@@ -326,6 +342,24 @@ EncoderWeights build_encoder(const AudioVaeConfig& c, const Builder& b) {
   return e;
 }
 
+std::string resblock_prefix(const AudioVaeConfig& c, size_t stage, size_t kernel) {
+  return "decoder.resblocks." + std::to_string(stage * c.resblock_kernel_sizes.size() + kernel) + ".";
+}
+
+// The decoder's anti-aliased activations as build_decoder makes them: name prefix, channels.
+std::vector<std::pair<std::string, int64_t>> decoder_activations(const AudioVaeConfig& c) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t i = 0; i < c.decoder_rates.size(); ++i)
+    for (size_t j = 0; j < c.resblock_kernel_sizes.size(); ++j)
+      for (size_t a = 0; a < 2 * c.resblock_dilation_sizes[j].size(); ++a)
+        out.emplace_back(resblock_prefix(c, i, j) + "activations." + std::to_string(a) + ".",
+                         c.decoder_channels(i));
+  int64_t last = c.decoder_dim;  // halved by every upsampling, as in build_decoder
+  for (size_t i = 0; i < c.decoder_rates.size(); ++i) last /= 2;
+  out.emplace_back("decoder.activation_post.", last);
+  return out;
+}
+
 DecoderWeights build_decoder(const AudioVaeConfig& c, const Builder& b) {
   DecoderWeights d;
   d.in_proj = b.plain_conv("dec_in_proj.", c.latent_dim, c.latent_channels, 1);
@@ -342,7 +376,7 @@ DecoderWeights build_decoder(const AudioVaeConfig& c, const Builder& b) {
   for (size_t i = 0; i < c.decoder_rates.size(); ++i) {
     const int64_t chi = c.decoder_channels(i);
     for (size_t j = 0; j < nk; ++j) {
-      const std::string p = "decoder.resblocks." + std::to_string(i * nk + j) + ".";
+      const std::string p = resblock_prefix(c, i, j);
       AmpBlockWeights amp;
       amp.kernel = c.resblock_kernel_sizes[j];
       amp.dilations = c.resblock_dilation_sizes[j];
@@ -405,6 +439,7 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
     std::thread host_reader([&] {
       try {
         b.preload_host(filters);
+        if (policy.load_decoder) b.prepare_filters(decoder_activations(config));
       } catch (...) {
         host_error = std::current_exception();
       }
@@ -433,8 +468,6 @@ AudioVaeWeights load_audio_vae_weights(const AudioVaeConfig& config, const io::C
   if (policy.load_decoder) {
     w.decoder = build_decoder(config, b);
     timer.mark("decoder built");
-    b.upload_filters(w.decoder);
-    timer.mark("filters uploaded");
     w.has_decoder = true;
   }
   b.report_filters();
