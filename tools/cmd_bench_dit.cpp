@@ -1,6 +1,7 @@
 // h3 bench dit: times DiT main blocks with random bf16 weights at the released width on the packed
 // length of a 1344x768x124 T2VA request (h3_dit_spec.md §2.14), and reports ms per block, GEMM and
 // attention TFLOP/s and peak device memory. No checkpoint is needed.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -185,6 +186,15 @@ int run_bench_dit(const std::vector<std::string>& args) {
                    {"mode", dit::lora_mode_name(o.lora_mode)},
                    {"apply_ms", r.lora_apply_ms}};
     }
+    nlohmann::json parts = nlohmann::json::array();
+    for (const auto& p : r.parts) {
+      nlohmann::json pj = {{"name", p.name}, {"ms", p.ms}, {"glue", p.glue}};
+      if (p.bytes > 0) pj["gb"] = p.bytes * 1e-9;
+      parts.push_back(pj);
+    }
+    j["parts"] = parts;
+    j["glue_ms"] = r.glue_ms;
+    j["glue_gb"] = r.glue_bytes * 1e-9;
     j["unsupported"] = r.unsupported;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -228,6 +238,28 @@ int run_bench_dit(const std::vector<std::string>& args) {
                   gib(r.peak_device_bytes - r.baseline_device_bytes));
     }
     std::printf("| timer | %s |\n", r.timer.c_str());
+    if (!r.parts.empty()) {
+      // Each part once per block (a name used twice adds up), in the order of their time.
+      std::vector<dit::DitBenchResult::Part> parts = r.parts;
+      std::stable_sort(parts.begin(), parts.end(),
+                       [](const auto& a, const auto& b) { return a.ms > b.ms; });
+      double total = 0.0;
+      for (const auto& p : parts) total += p.ms;
+      std::printf("\n| part of a block (marked run) | ms per block | GB moved at least | GB/s |\n"
+                  "|---|---|---|---|\n");
+      for (const auto& p : parts) {
+        if (p.bytes > 0) {
+          std::printf("| %s%s | %.3f | %.3f | %.0f |\n", p.name.c_str(), p.glue ? " (glue)" : "",
+                      p.ms, p.bytes * 1e-9, p.bytes * 1e-9 / (p.ms * 1e-3));
+        } else {
+          std::printf("| %s%s | %.3f | | |\n", p.name.c_str(), p.glue ? " (glue)" : "", p.ms);
+        }
+      }
+      std::printf("| all parts | %.3f | | |\n", total);
+      std::printf("| glue per block (between the GEMMs and the attention) | %.3f | %.3f | %.0f |\n",
+                  r.glue_ms, r.glue_bytes * 1e-9,
+                  r.glue_ms > 0 ? r.glue_bytes * 1e-9 / (r.glue_ms * 1e-3) : 0.0);
+    }
     if (!r.unsupported.empty()) {
       std::printf("\nUNSUPPORTED on %s: %s\n", o.device.str().c_str(), r.unsupported.c_str());
     }

@@ -61,6 +61,17 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 
 using ::h3::test::ScopedEnv;
 
+// RoPE cos (or sin) tables [s, rot] on the GPU, both halves at the same angles.
+Tensor rope_table(int64_t s, int rot, bool cosine) {
+  std::vector<float> t(static_cast<size_t>(s * rot));
+  for (int64_t i = 0; i < s; ++i)
+    for (int k = 0; k < rot; ++k) {
+      const float a = 0.01f * static_cast<float>(i) * static_cast<float>(k % (rot / 2) + 1);
+      t[static_cast<size_t>(i * rot + k)] = cosine ? std::cos(a) : std::sin(a);
+    }
+  return to_gpu(Tensor::from_f32(t, {s, rot}));
+}
+
 TEST(CudaFusion, RmsNormModulateSwitchRestoresPlainPath) {
   H3_REQUIRE_CUDA();
   const Tensor x = to_gpu(randn({300, 512}, DType::kBF16, 1));
@@ -91,22 +102,15 @@ TEST(CudaFusion, QkNormRopeSwitchRestoresPlainPath) {
   const int rot = 96;
   const Tensor x = to_gpu(randn({s, h, d}, DType::kBF16, 5));
   const Tensor w = to_gpu(randn({d}, DType::kBF16, 6, 0.2f));
-  std::vector<float> cs(s * rot), sn(s * rot);
-  for (int64_t i = 0; i < s; ++i)
-    for (int k = 0; k < rot; ++k) {
-      const float a = 0.01f * static_cast<float>(i) * static_cast<float>(k % (rot / 2) + 1);
-      cs[i * rot + k] = std::cos(a);
-      sn[i * rot + k] = std::sin(a);
-    }
-  const Tensor c = to_gpu(Tensor::from_f32(cs, {s, rot}));
-  const Tensor sn_t = to_gpu(Tensor::from_f32(sn, {s, rot}));
+  const Tensor c = rope_table(s, rot, true), sn_t = rope_table(s, rot, false);
   const Tensor fused = ops::qk_norm_rope(x, &w, 1e-5f, c, sn_t, rot);
-  Tensor plain;
+  Tensor plain, manual;
   {
     ScopedEnv off("H3_FUSED", "0");
     plain = ops::qk_norm_rope(x, &w, 1e-5f, c, sn_t, rot);
+    manual = ops::rope(ops::rms_norm(x, &w, 1e-5f), c, sn_t, rot);  // under the same switches
   }
-  EXPECT_TRUE(same_bytes(plain, ops::rope(ops::rms_norm(x, &w, 1e-5f), c, sn_t, rot)));
+  EXPECT_TRUE(same_bytes(plain, manual));
   // Float32 oracle on the CPU, same bf16-valued inputs.
   const Tensor wf = w.to(Device::cpu()).to(DType::kF32);
   const Tensor ref = ops::qk_norm_rope(x.to(Device::cpu()).to(DType::kF32), &wf, 1e-5f, c.to(Device::cpu()),
@@ -147,6 +151,48 @@ TEST(CudaFusion, SwigluAndGatedResidualSwitches) {
   const Diff g = diff(gf, gp);
   std::printf("gated_residual fused vs plain (bf16): rel_l2=%.3e (bound 1e-2)\n", g.rel_l2);
   EXPECT_LE(g.rel_l2, 1e-2);
+}
+
+// The eight-values-per-thread kernels (vec8_ok) against the one-value kernels (H3_FUSE_VEC8=0) at
+// the DiT's widths: SwiGLU and the gated residual do the same float32 arithmetic per value, so
+// their bytes are equal; the norms add each row's squares in another order, so their float32
+// scale may differ in the last bits and a bf16 output by one unit where it lies on a boundary.
+TEST(CudaFusion, Vec8KernelsMatchTheScalarKernels) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 300, c = 5376, f = 1024, h = 8, d = 128;
+  const int rot = 96;
+  const Tensor x = to_gpu(randn({s, c}, DType::kBF16, 31));
+  const Tensor w = to_gpu(randn({c}, DType::kF32, 32, 0.1f));
+  const Tensor sc = to_gpu(randn({6, c}, DType::kBF16, 33, 0.3f));
+  const Tensor sh = to_gpu(randn({6, c}, DType::kBF16, 34, 0.3f));
+  const Tensor br = to_gpu(randn({s, c}, DType::kBF16, 35));
+  const Tensor u = to_gpu(randn({s, 2 * f}, DType::kBF16, 36));
+  const Tensor q = to_gpu(randn({s, h, d}, DType::kBF16, 37));
+  const Tensor qw = to_gpu(randn({d}, DType::kBF16, 38, 0.2f));
+  const Tensor ct = rope_table(s, rot, true), st = rope_table(s, rot, false);
+  std::vector<int64_t> iv(s);
+  for (int64_t i = 0; i < s; ++i) iv[i] = (i * 5) % 6;
+  const Tensor idx = to_gpu(Tensor::from_i64(iv, {s}));
+  auto run = [&] {
+    return std::vector<Tensor>{ops::swiglu(u), ops::gated_residual(x, br, sc, idx),
+                               ops::rms_norm_modulate(x, &w, 1e-6f, sc, sh, idx),
+                               ops::rms_norm(x, &w, 1e-6f), ops::qk_norm_rope(q, &qw, 1e-6f, ct, st, rot)};
+  };
+  const std::vector<Tensor> vec = run();
+  std::vector<Tensor> scalar;
+  {
+    ScopedEnv off("H3_FUSE_VEC8", "0");
+    scalar = run();
+  }
+  EXPECT_TRUE(same_bytes(vec[0], scalar[0])) << "swiglu";
+  EXPECT_TRUE(same_bytes(vec[1], scalar[1])) << "gated_residual";
+  const char* names[] = {"rms_norm_modulate", "rms_norm", "qk_norm_rope"};
+  for (int i = 0; i < 3; ++i) {
+    const Diff dd = diff(vec[i + 2], scalar[i + 2]);
+    std::printf("%s eight-wide vs scalar (bf16): rel_l2=%.3e max_abs=%.3e (bound 2e-3)\n", names[i],
+                dd.rel_l2, dd.max_abs);
+    EXPECT_LE(dd.rel_l2, 2e-3) << names[i];
+  }
 }
 
 // The FP8 GEMM's bias in cuBLASLt's epilogue against the float32 accumulator plus a bias kernel

@@ -233,6 +233,13 @@ void add_cases() {
   add_qk_norm_rope(DType::kF32, 19, 4, 32, 24);
   add_qk_norm_rope(DType::kBF16, 33, 3, 128, 96);
   add_qk_norm_rope(DType::kF16, 8, 2, 64, 64);
+  // The DiT's widths (eight values per thread) and widths that take the one-value kernels: rows
+  // not a multiple of 8, a rotary width whose half is not, head rows wider than a warp of 8s.
+  add_rms_norm_modulate(DType::kBF16, 20, 5376, 6, true);
+  add_rms_norm_modulate(DType::kBF16, 9, 100, 3, true);
+  add_qk_norm_rope(DType::kBF16, 21, 2, 256, 128);
+  add_qk_norm_rope(DType::kBF16, 11, 3, 128, 120);
+  add_qk_norm_rope(DType::kBF16, 5, 2, 512, 128);
 
   add_linear_bias(DType::kBF16, 70, 96, 130);
   add_linear_bias(DType::kF16, 33, 64, 48);

@@ -100,6 +100,7 @@ void add_cases() {
   }
   add_rope(9, 2, 64, 48, DType::kF16);
   add_rowwise(0, 8, 40, 3, DType::kF32, DType::kBF16, false);  // fp32 activations, bf16 tables
+  add_rowwise(1, 8, 40, 3, DType::kBF16, DType::kF32, false);  // bf16 activations, fp32 gates
 }
 H3_OPS_CASES(add_cases);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -286,6 +287,34 @@ TEST(DitBench, RunsSmallOnCpu) {
               dense.attention_flops * 1e-6, sparse.vsa_summary.c_str());
   EXPECT_LT(sparse.attention_flops, dense.attention_flops);
   EXPECT_GT(sparse.gemm_flops, dense.gemm_flops);  // the gate projection
+
+  // Where a block's time goes: every part the block runs is named once, the glue parts carry
+  // the bytes they move (2 x 2 + 2 x 3 row passes of the hidden width, q/k read and written with
+  // the RoPE tables, SwiGLU's 3 passes of the FFN width), and the parts add up to about a block.
+  std::set<std::string> names, glue;
+  double glue_bytes = 0.0;
+  for (const auto& p : sparse.parts) {
+    EXPECT_TRUE(names.insert(p.name).second) << p.name;
+    EXPECT_GE(p.ms, 0.0) << p.name;
+    if (p.glue) {
+      glue.insert(p.name);
+      EXPECT_GT(p.bytes, 0.0) << p.name;
+      glue_bytes += p.bytes;
+    }
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"adaLN", "norm + modulate", "GEMM q", "GEMM k", "GEMM v",
+                                          "q/k norm + RoPE", "GEMM gate", "attention", "GEMM out",
+                                          "gated residual", "GEMM ffn in", "SwiGLU", "GEMM ffn out"}));
+  EXPECT_EQ(glue, (std::set<std::string>{"norm + modulate", "q/k norm + RoPE", "gated residual", "SwiGLU"}));
+  const double rows = 400, e = 2;  // bf16
+  const double min_bytes = rows * e * (10 * 64 + 4 * 2 * 64 + 3 * 96);  // without the RoPE tables
+  EXPECT_GT(glue_bytes, min_bytes);
+  EXPECT_DOUBLE_EQ(sparse.glue_bytes, glue_bytes);
+  double total = 0.0;
+  for (const auto& p : sparse.parts) total += p.ms;
+  std::printf("  parts: %zu, sum %.3f ms, block %.3f ms, glue %.3f ms, %.3f MB\n", sparse.parts.size(),
+              total, sparse.block_ms_mean, sparse.glue_ms, glue_bytes * 1e-6);
+  EXPECT_GT(total, 0.0);
 }
 
 }  // namespace

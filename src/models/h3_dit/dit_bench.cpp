@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "core/cuda_stream.h"
 #include "core/dtype.h"
+#include "core/part_timer.h"
 #include "core/status.h"
 #include "ops/fp8.h"
 #include "ops/ops.h"
@@ -484,6 +486,51 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
       if (!is_unsupported(e)) throw;
       r.block_ms.clear();
       unsupported("block", e);
+    }
+
+    // The same blocks again, their parts marked, for where the time goes (kept apart from the
+    // block times above so that the marks cannot move them).
+    if (!r.block_ms.empty()) {
+      PartTimer timer_parts(dev);
+      std::map<std::string, double> part_ms;
+      int64_t runs = 0;
+      model.set_part_timer(&timer_parts);
+      try {
+        for (int it = 0; it < o.iters; ++it) {
+          Tensor x = x0;
+          for (int64_t bi = 0; bi < o.blocks; ++bi, ++runs) {
+            timer_parts.begin();
+            x = model.run_block(bi, x, temb_act, adaln_rows, layout, /*step_index=*/0);
+            timer_parts.collect(&part_ms);
+          }
+        }
+      } catch (...) {
+        model.set_part_timer(nullptr);
+        throw;
+      }
+      model.set_part_timer(nullptr);
+      // Bytes each glue part moves per block at least, activations in the activation dtype.
+      const double e = static_cast<double>(dtype_size(act));
+      const double rows_d = sd * hd * e, rows_inner = sd * inner * e, rows_ffn = sd * ffn * e;
+      const double tables = static_cast<double>(layout.rope_cos.nbytes() + layout.rope_sin.nbytes());
+      const std::map<std::string, double> glue_bytes = {
+          {"norm + modulate", 2 * 2 * rows_d},         // twice: read x, write
+          {"q/k norm + RoPE", 2 * (2 * rows_inner + tables)},  // q and k: read, write, tables
+          {"gated residual", 2 * 3 * rows_d},          // twice: residual, branch, write
+          {"SwiGLU", 3 * rows_ffn}};                   // read value and gate, write
+      for (const auto& [name, ms] : part_ms) {
+        DitBenchResult::Part p;
+        p.name = name;
+        p.ms = ms / static_cast<double>(std::max<int64_t>(runs, 1));
+        p.glue = name.rfind("GEMM", 0) != 0 && name != "attention" && name != "adaLN";
+        const auto b = glue_bytes.find(name);
+        p.bytes = b != glue_bytes.end() ? b->second : 0.0;
+        if (p.glue) {
+          r.glue_ms += p.ms;
+          r.glue_bytes += p.bytes;
+        }
+        r.parts.push_back(p);
+      }
     }
   } catch (const Error& e) {
     if (!is_unsupported(e)) throw;

@@ -57,6 +57,18 @@ struct DitBenchResult {
   double attention_ms = 0.0;     // best of the attention op alone
   double gemm_ms = 0.0;          // best of one block's GEMMs alone (q, k, v, gate, out, FFN)
   double lora_apply_ms = 0.0;    // apply_loras() of the adapter to all blocks (lora_rank > 0)
+  // Where a block's time goes, from the blocks run again with their parts marked
+  // (DitModel::set_part_timer): per part, the mean ms per block and, for the passes between the
+  // GEMMs and the attention ("glue"), the bytes they must move at least (activations read and
+  // written once; tables included).
+  struct Part {
+    std::string name;
+    double ms = 0.0;
+    double bytes = 0.0;  // 0: not counted (GEMMs, attention, the AdaLN projection)
+    bool glue = false;
+  };
+  std::vector<Part> parts;
+  double glue_ms = 0.0, glue_bytes = 0.0;  // sums over the glue parts
   double peak_device_bytes = 0.0;  // sampled device memory in use (CUDA only)
   double baseline_device_bytes = 0.0;
   // Empty when everything ran; otherwise what was unsupported (e.g. a missing CUDA op).

@@ -6,6 +6,7 @@
 
 #include "core/layer_stream.h"
 #include "core/nvtx.h"
+#include "core/part_timer.h"
 #include "core/status.h"
 #include "models/h3_dit/dit_tables.h"
 #include "ops/fp8.h"
@@ -266,22 +267,29 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
   ops::Fp8Activation aq;  // `a` in E4M3, for every FP8 projection of it
-  Tensor q = ops::rms_norm(
-      block_linear(a, aq, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd}), &w.norm_q, eps);
-  Tensor k = ops::rms_norm(
-      block_linear(a, aq, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd}), &w.norm_k, eps);
+  Tensor q = block_linear(a, aq, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd});
+  part("GEMM q");
+  Tensor k = block_linear(a, aq, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd});
+  part("GEMM k");
   const Tensor v = block_linear(a, aq, w.to_v, w.to_v_scale, w.to_v_lora).view({s, heads, hd});
+  part("GEMM v");
   if (rope) {
-    q = apply_rope(q, *rope);
-    k = apply_rope(k, *rope);
+    q = norm_rope(q, w.norm_q, eps, *rope);
+    k = norm_rope(k, w.norm_k, eps, *rope);
+  } else {
+    q = ops::rms_norm(q, &w.norm_q, eps);
+    k = ops::rms_norm(k, &w.norm_k, eps);
   }
+  part(rope ? "q/k norm + RoPE" : "q/k norm");
   Tensor o;
   if (vsa_sparsity >= 0.0 && rope && rope->has_vsa) {
     // §5.6: the gate reads the same modulated input as q/k/v; no bias, no activation. It runs
     // whenever the checkpoint has gates, at every sparsity.
     Tensor g;
-    if (w.to_gate.defined())
+    if (w.to_gate.defined()) {
       g = block_linear(a, aq, w.to_gate, w.to_gate_scale, w.to_gate_lora).view({s, heads, hd});
+      part("GEMM gate");
+    }
     ops::VsaOptions vo;
     vo.sparsity = vsa_sparsity;
     vo.mode = options_.vsa.mode;
@@ -291,12 +299,16 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
     ops::AttentionParams p;  // scale 1/sqrt(head_dim), bidirectional, one document
     o = ops::attention(q, k, v, p);
   }
-  return block_linear(o.reshape({s, heads * hd}), w.to_out, w.to_out_scale, w.to_out_lora);
+  part("attention");
+  Tensor out = block_linear(o.reshape({s, heads * hd}), w.to_out, w.to_out_scale, w.to_out_lora);
+  part("GEMM out");
+  return out;
 }
 
 // SwiGLU with the fused projection split [value | gate] (§2.11).
 Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const {
   const Tensor u = block_linear(b, w.fc_in, w.fc_in_scale, w.fc_in_lora);
+  part("GEMM ffn in");
   Tensor h;
   if (eager_bf16()) {
     // h = bf16(value * bf16(silu(gate))): two roundings.
@@ -305,7 +317,32 @@ Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) c
   } else {
     h = ops::swiglu(u);
   }
-  return block_linear(h, w.fc_out, w.fc_out_scale, w.fc_out_lora);
+  part("SwiGLU");
+  Tensor out = block_linear(h, w.fc_out, w.fc_out_scale, w.fc_out_lora);
+  part("GEMM ffn out");
+  return out;
+}
+
+// modulate_rows(rms_norm(x)) (§2.9 steps 1-2): under the fused policy one kernel that reads x
+// once and rounds once (ops::rms_norm_modulate; H3_FUSE_RMSNORM_MODULATE=0 goes back to the two
+// single-rounding kernels).
+Tensor DitModel::norm_modulate(const Tensor& x, const Tensor& norm, float eps, const Tensor& scale,
+                               const Tensor& shift, const Tensor& idx) const {
+  if (eager_bf16()) return modulate_rows(ops::rms_norm(x, &norm, eps), scale, shift, idx);
+  return ops::rms_norm_modulate(x, &norm, eps, scale, shift, idx);
+}
+
+// RoPE of the per-head RMSNorm of q or k (§2.10): under the fused policy one kernel
+// (ops::qk_norm_rope; H3_FUSE_QKNORM_ROPE=0 goes back to two).
+Tensor DitModel::norm_rope(const Tensor& x, const Tensor& norm, float eps,
+                           const DitLayout& layout) const {
+  if (eager_bf16()) return apply_rope(ops::rms_norm(x, &norm, eps), layout);
+  return ops::qk_norm_rope(x, &norm, eps, layout.rope_cos, layout.rope_sin,
+                           static_cast<int>(config_.rotary_dim()));
+}
+
+void DitModel::part(const char* name) const {
+  if (part_timer_) part_timer_->mark(name);
 }
 
 // x * (1 + scale[idx]) + shift[idx] (§2.9 step 2).
@@ -475,13 +512,20 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
       vt = &trace->vsa.back();
     }
   }
+  part("adaLN");
   // §2.9.
-  const Tensor a = modulate_rows(ops::rms_norm(x_in, &b.norm1, eps), scale_msa, shift_msa, adaln_rows);
+  const Tensor a = norm_modulate(x_in, b.norm1, eps, scale_msa, shift_msa, adaln_rows);
+  part("norm + modulate");
   const std::vector<Tensor>& masks = options_.vsa.block_masks;
   const Tensor* mask = block < static_cast<int64_t>(masks.size()) ? &masks[static_cast<size_t>(block)] : nullptr;
-  Tensor x = gated_add(x_in, attention_layer(a, b.attn, &layout, sparsity, vt, mask), gate_msa, adaln_rows);
-  const Tensor h = modulate_rows(ops::rms_norm(x, &b.norm2, eps), scale_mlp, shift_mlp, adaln_rows);
-  x = gated_add(x, feed_forward(h, b.ff), gate_mlp, adaln_rows);
+  const Tensor attn = attention_layer(a, b.attn, &layout, sparsity, vt, mask);
+  Tensor x = gated_add(x_in, attn, gate_msa, adaln_rows);
+  part("gated residual");
+  const Tensor h = norm_modulate(x, b.norm2, eps, scale_mlp, shift_mlp, adaln_rows);
+  part("norm + modulate");
+  const Tensor ff = feed_forward(h, b.ff);
+  x = gated_add(x, ff, gate_mlp, adaln_rows);
+  part("gated residual");
   if (trace) trace->block_out.push_back(x);
   return x;
 }

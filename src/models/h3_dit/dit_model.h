@@ -35,6 +35,7 @@
 
 namespace h3 {
 class LayerStream;
+class PartTimer;
 }
 
 namespace h3::dit {
@@ -242,6 +243,10 @@ class DitModel {
   bool has_loras() const { return !lora_state_.applied.empty(); }
   bool loras_restorable() const;
 
+  // Benchmarks: every block run from now on marks its parts (each GEMM, the attention, every pass
+  // between them) on `timer` (nullptr: off). Not while a CUDA graph is being captured.
+  void set_part_timer(PartTimer* timer) const { part_timer_ = timer; }
+
   // A model over given weights (benchmarks with random weights; the shapes must match `config`).
   static DitModel from_weights(const DitConfig& config, DitWeights weights,
                                const DitOptions& options);
@@ -264,6 +269,10 @@ class DitModel {
   Tensor apply_rope(const Tensor& x, const DitLayout& layout) const;
   Tensor modulate_rows(const Tensor& x, const Tensor& scale, const Tensor& shift,
                        const Tensor& idx) const;
+  Tensor norm_modulate(const Tensor& x, const Tensor& norm, float eps, const Tensor& scale,
+                       const Tensor& shift, const Tensor& idx) const;
+  Tensor norm_rope(const Tensor& x, const Tensor& norm, float eps, const DitLayout& layout) const;
+  void part(const char* name) const;
   Tensor gated_add(const Tensor& residual, const Tensor& branch, const Tensor& gate,
                    const Tensor& idx) const;
   bool eager_bf16() const {
@@ -291,6 +300,7 @@ class DitModel {
   // shared so that the model stays movable, and mutable through const forward() by design (it
   // only orders copies).
   std::shared_ptr<LayerStream> stream_;
+  mutable PartTimer* part_timer_ = nullptr;  // set_part_timer
 };
 
 }  // namespace h3::dit

@@ -50,6 +50,13 @@ Tensor as_dtype(const Tensor& t, DType dtype);
 // "FP8_BIAS", "FP8_QUANT_VEC".
 bool fusion_enabled(const char* name);
 
+// Whether t can be read and written eight values at a time (ld8/st8 in elementwise_util.cuh): a
+// contiguous f32, bf16 or f16 tensor at a 16-byte aligned address. The callers also need every
+// row a multiple of 8 values. H3_FUSE_VEC8=0 sends every op back to its one-value-per-thread
+// kernel (same values: the vector kernels do the same arithmetic in the same order per value,
+// except the row sums of the norms, which they add in another order).
+bool vec8_ok(const Tensor& t);
+
 }  // namespace h3::ops::cuda
 
 #define H3_CUDA_CHECK(expr) ::h3::ops::cuda::check_cuda((expr), #expr)

@@ -68,6 +68,13 @@ static bool env_is_zero(const char* name) {
   return v && std::strcmp(v, "0") == 0;
 }
 
+bool vec8_ok(const Tensor& t) {
+  const DType d = t.dtype();
+  return t.defined() && t.is_contiguous() &&
+         (d == DType::kF32 || d == DType::kBF16 || d == DType::kF16) &&
+         reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0 && fusion_enabled("VEC8");
+}
+
 bool fusion_enabled(const char* name) {
   if (env_is_zero("H3_FUSED")) return false;
   const std::string var = std::string("H3_FUSE_") + name;

@@ -81,6 +81,20 @@ __global__ void swiglu_kernel(const void* x, int xt, void* out, int ot, int64_t 
   }
 }
 
+// swiglu_kernel eight outputs per thread (vec8_ok tensors, F % 8 == 0).
+__global__ void swiglu_vec8_kernel(const void* x, int xt, void* out, int ot, int64_t rows, int64_t f) {
+  const int64_t n = rows * (f / 8);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (f / 8), c = (i - r * (f / 8)) * 8;
+    float v[8], g[8];
+    ld8(x, xt, r * 2 * f + c, v);
+    ld8(x, xt, r * 2 * f + f + c, g);
+    for (int k = 0; k < 8; ++k) v[k] *= silu_f(g[k]);
+    st8(out, ot, r * f + c, v);
+  }
+}
+
 __global__ void fill_random_kernel(void* out, int ot, int64_t n, uint64_t seed, float center,
                                    float half_width) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -147,6 +161,28 @@ __global__ void gated_residual_kernel(const void* res, int rt, const void* br, i
       continue;
     }
     st(out, ot, i, ld(res, rt, i) + ld(g, gt, t * c + col) * ld(br, bt, i));
+  }
+}
+
+// gated_residual_kernel eight values per thread (vec8_ok tensors, C % 8 == 0).
+__global__ void gated_residual_vec8_kernel(const void* res, int rt, const void* br, int bt,
+                                           const void* g, int gt, IndexPtr idx, int64_t tables,
+                                           void* out, int ot, int64_t rows, int64_t c, int* bad) {
+  const int64_t n = rows * (c / 8);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / (c / 8), col = (i - r * (c / 8)) * 8;
+    const int64_t t = idx[r];
+    if (t < 0 || t >= tables) {
+      *bad = 1;
+      continue;
+    }
+    float rv[8], bv[8], gv[8];
+    ld8(res, rt, r * c + col, rv);
+    ld8(br, bt, r * c + col, bv);
+    ld8(g, gt, t * c + col, gv);
+    for (int k = 0; k < 8; ++k) rv[k] += gv[k] * bv[k];
+    st8(out, ot, r * c + col, rv);
   }
 }
 
@@ -348,8 +384,13 @@ Tensor swiglu(const Tensor& x_in) {
   Tensor out = Tensor::empty(os, x.dtype(), x.device());
   const int64_t rows = f ? out.numel() / f : 0;
   if (out.numel() == 0) return out;
-  swiglu_kernel<<<grid_for(out.numel(), kThreads), kThreads, 0, current_stream()>>>(
-      x.raw(), dtype_code(x.dtype()), out.raw(), dtype_code(out.dtype()), rows, f);
+  if (f % 8 == 0 && vec8_ok(x) && vec8_ok(out)) {
+    swiglu_vec8_kernel<<<grid_for(out.numel() / 8, kThreads), kThreads, 0, current_stream()>>>(
+        x.raw(), dtype_code(x.dtype()), out.raw(), dtype_code(out.dtype()), rows, f);
+  } else {
+    swiglu_kernel<<<grid_for(out.numel(), kThreads), kThreads, 0, current_stream()>>>(
+        x.raw(), dtype_code(x.dtype()), out.raw(), dtype_code(out.dtype()), rows, f);
+  }
   check_launch("swiglu");
   return out;
 }
@@ -405,10 +446,17 @@ Tensor gated_residual(const Tensor& res_in, const Tensor& branch_in, const Tenso
   Tensor out = Tensor::empty(res.shape(), res.dtype(), res.device());
   if (out.numel() == 0) return out;
   const IndexPtr ip = index_ptr(idx, "gated_residual");
+  const bool vec = c % 8 == 0 && vec8_ok(res) && vec8_ok(br) && vec8_ok(g) && vec8_ok(out);
   with_index_check("gated_residual", tables, res.device(), [&](int* bad) {
-    gated_residual_kernel<<<grid_for(rows * c, kThreads), kThreads, 0, current_stream()>>>(
-        res.raw(), dtype_code(res.dtype()), br.raw(), dtype_code(br.dtype()), g.raw(),
-        dtype_code(g.dtype()), ip, tables, out.raw(), dtype_code(out.dtype()), rows, c, bad);
+    if (vec) {
+      gated_residual_vec8_kernel<<<grid_for(rows * c / 8, kThreads), kThreads, 0, current_stream()>>>(
+          res.raw(), dtype_code(res.dtype()), br.raw(), dtype_code(br.dtype()), g.raw(),
+          dtype_code(g.dtype()), ip, tables, out.raw(), dtype_code(out.dtype()), rows, c, bad);
+    } else {
+      gated_residual_kernel<<<grid_for(rows * c, kThreads), kThreads, 0, current_stream()>>>(
+          res.raw(), dtype_code(res.dtype()), br.raw(), dtype_code(br.dtype()), g.raw(),
+          dtype_code(g.dtype()), ip, tables, out.raw(), dtype_code(out.dtype()), rows, c, bad);
+    }
   });
   return out;
 }

@@ -72,4 +72,50 @@ __device__ __forceinline__ void st_any(void* p, int code, int64_t i, double v) {
   }
 }
 
+// Eight consecutive values of a float tensor (f32, bf16 or f16) from element i, in one or two
+// 16-byte accesses: the caller guarantees i % 8 == 0 and a 16-byte aligned base (vec8_ok). Each
+// value converts exactly as ld/st convert one.
+__device__ __forceinline__ void ld8(const void* p, int code, int64_t i, float v[8]) {
+  if (code == kCodeF32) {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    return;
+  }
+  const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  for (int k = 0; k < 4; ++k) {
+    const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu), hi = static_cast<uint16_t>(w[k] >> 16);
+    if (code == kCodeBF16) {
+      v[2 * k] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+      v[2 * k + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+    } else {
+      v[2 * k] = __half2float(__ushort_as_half(lo));
+      v[2 * k + 1] = __half2float(__ushort_as_half(hi));
+    }
+  }
+}
+__device__ __forceinline__ void st8(void* p, int code, int64_t i, const float v[8]) {
+  if (code == kCodeF32) {
+    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+  uint32_t w[4];
+  for (int k = 0; k < 4; ++k) {
+    uint16_t lo, hi;
+    if (code == kCodeBF16) {
+      lo = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]));
+      hi = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]));
+    } else {
+      lo = __half_as_ushort(__float2half_rn(v[2 * k]));
+      hi = __half_as_ushort(__float2half_rn(v[2 * k + 1]));
+    }
+    w[k] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 }  // namespace h3::ops::cuda

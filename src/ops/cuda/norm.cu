@@ -52,6 +52,15 @@ __device__ __forceinline__ float rms_inv(const RowArgs& a, int64_t row, int lane
   return 1.0f / sqrtf(ss / static_cast<float>(a.cols) + a.eps);
 }
 
+// The modulation table row of `row` (rms_norm_modulate); false, with the op's error flag set, when
+// the index is outside the table.
+__device__ __forceinline__ bool table_row(const RowArgs& a, int64_t row, int lane, int64_t* t) {
+  *t = a.idx[row];
+  if (*t >= 0 && *t < a.tables) return true;
+  if (lane == 0) *a.bad = 1;
+  return false;
+}
+
 // mode 0: rms_norm; 1: rms_norm then modulate (fused).
 __global__ void rms_rows_kernel(RowArgs a, int mode) {
   const int lane = threadIdx.x & 31;
@@ -59,18 +68,46 @@ __global__ void rms_rows_kernel(RowArgs a, int mode) {
   if (row >= a.rows) return;
   const float inv = rms_inv(a, row, lane);
   int64_t t = 0;
-  if (mode == 1) {
-    t = a.idx[row];
-    if (t < 0 || t >= a.tables) {
-      if (lane == 0) *a.bad = 1;
-      return;
-    }
-  }
+  if (mode == 1 && !table_row(a, row, lane, &t)) return;
   for (int64_t c = lane; c < a.cols; c += 32) {
     float v = ld(a.x, a.xt, row * a.cols + c) * inv;
     if (a.w) v *= ld(a.w, a.wt, c);
     if (mode == 1) v = v * (1.0f + ld(a.scale, a.sct, t * a.cols + c)) + ld(a.shift, a.sht, t * a.cols + c);
     st(a.out, a.ot, row * a.cols + c, v);
+  }
+}
+
+// rms_rows_kernel eight values at a time (vec8_ok operands, cols % 8 == 0): a lane reads 16 bytes
+// per access instead of 2, which takes the DiT's 5,376-wide rows from latency-bound to
+// bandwidth-bound. The second pass reads the row again (from L1/L2: one DRAM read per row).
+__global__ void rms_rows_vec8_kernel(RowArgs a, int mode) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= a.rows) return;
+  const int64_t base = row * a.cols;
+  float ss = 0.0f;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8];
+    ld8(a.x, a.xt, base + c, v);
+    for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
+  }
+  const float inv = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(a.cols) + a.eps);
+  int64_t t = 0;
+  if (mode == 1 && !table_row(a, row, lane, &t)) return;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8], w[8], sc[8], sh[8];
+    ld8(a.x, a.xt, base + c, v);
+    if (a.w) ld8(a.w, a.wt, c, w);
+    if (mode == 1) {
+      ld8(a.scale, a.sct, t * a.cols + c, sc);
+      ld8(a.shift, a.sht, t * a.cols + c, sh);
+    }
+    for (int k = 0; k < 8; ++k) {
+      v[k] *= inv;
+      if (a.w) v[k] *= w[k];
+      if (mode == 1) v[k] = v[k] * (1.0f + sc[k]) + sh[k];
+    }
+    st8(a.out, a.ot, base + c, v);
   }
 }
 
@@ -124,6 +161,50 @@ __global__ void qk_norm_rope_kernel(RowArgs a, int64_t heads, const void* cs, in
     }
     st(a.out, a.ot, row * a.cols + c, r);
   }
+}
+
+// qk_norm_rope_kernel for head rows of G * 8 values (G = 8, 16 or 32 lanes per row, vec8_ok
+// operands, rot and rot / 2 multiples of 8): each lane holds eight values of one row, the row's
+// sum of squares is a shuffle tree over its G lanes, and the rotation partner (8 values, half
+// the rotary width away) comes from the lane rot / 16 away by shuffles, not shared memory.
+template <int G>
+__global__ void qk_norm_rope_vec8_kernel(RowArgs a, int64_t heads, const void* cs, int cst,
+                                         const void* sn, int snt, int64_t rot) {
+  const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t row = gid / G;
+  const int part = static_cast<int>(gid % G);  // which eight values of the row
+  const bool live = row < a.rows;
+  const int64_t r = live ? row : a.rows - 1;  // dead lanes still join the shuffles
+  const int64_t c = static_cast<int64_t>(part) * 8;
+  float v[8];
+  ld8(a.x, a.xt, r * a.cols + c, v);
+  float ss = 0.0f;
+  for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
+  for (int off = G / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off, G);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.cols) + a.eps);
+  float w[8];
+  if (a.w) ld8(a.w, a.wt, c, w);
+  for (int k = 0; k < 8; ++k) {
+    v[k] *= inv;
+    if (a.w) v[k] *= w[k];
+  }
+  const int hp = static_cast<int>(rot / 16);  // lanes between partners
+  float up[8], down[8];
+  for (int k = 0; k < 8; ++k) {
+    up[k] = __shfl_sync(0xffffffffu, v[k], min(part + hp, G - 1), G);
+    down[k] = __shfl_sync(0xffffffffu, v[k], max(part - hp, 0), G);
+  }
+  if (!live) return;
+  const int64_t half = rot / 2;
+  if (c < rot) {
+    const int64_t s = r / heads;
+    float co[8], si[8];
+    ld8(cs, cst, s * rot + c, co);
+    ld8(sn, snt, s * rot + c, si);
+    for (int k = 0; k < 8; ++k)
+      v[k] = c < half ? v[k] * co[k] - up[k] * si[k] : v[k] * co[k] + down[k] * si[k];
+  }
+  st8(a.out, a.ot, r * a.cols + c, v);
 }
 
 // group_norm statistics: sum and sum of squares per (n, group) in float64 (a group can hold
@@ -229,6 +310,11 @@ RowSetup row_setup(const Tensor& x_in, const Tensor* weight, const Tensor* bias,
   return s;
 }
 
+// The row kernels' eight-at-a-time form applies (x, out and the weight vec8_ok, rows of 8k).
+bool rows_vec8(const RowSetup& s) {
+  return s.a.cols % 8 == 0 && vec8_ok(s.x) && vec8_ok(s.out) && (!s.a.w || vec8_ok(s.w));
+}
+
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
@@ -246,7 +332,11 @@ void with_index_check(const char* op, int64_t tables, Device device, RowArgs& a,
 Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) {
   RowSetup s = row_setup(x, weight, nullptr, eps, "rms_norm");
   if (s.a.rows == 0 || s.a.cols == 0) return s.out;
-  rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
+  if (rows_vec8(s)) {
+    rms_rows_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
+  } else {
+    rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
+  }
   check_launch("rms_norm");
   return s.out;
 }
@@ -327,8 +417,13 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
   s.a.idx.ptr = idx.raw();
   s.a.idx.is64 = idx.dtype() == DType::kI64;
   s.a.tables = sc.size(0);
+  const bool vec = rows_vec8(s) && vec8_ok(sc) && vec8_ok(sh);
   with_index_check("rms_norm_modulate", s.a.tables, s.x.device(), s.a, [&] {
-    rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
+    if (vec) {
+      rms_rows_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
+    } else {
+      rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
+    }
   });
   return s.out;
 }
@@ -350,6 +445,21 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
   RowSetup s = row_setup(x, weight, nullptr, eps, "qk_norm_rope");
   if (s.a.rows == 0 || s.a.cols == 0) return s.out;
   const Tensor cs = contiguous(cos_t), sn = contiguous(sin_t);
+  const int64_t lanes = s.a.cols / 8;
+  if (rows_vec8(s) && vec8_ok(cs) && vec8_ok(sn) && rotary_dim % 16 == 0 &&
+      (lanes == 8 || lanes == 16 || lanes == 32)) {
+    constexpr int kThreads = 256;
+    const auto blocks = static_cast<unsigned>((s.a.rows * lanes + kThreads - 1) / kThreads);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, kThreads, 0, current_stream()>>>(s.a, x.size(1), cs.raw(), dtype_code(cs.dtype()),
+                                                         sn.raw(), dtype_code(sn.dtype()), rotary_dim);
+    };
+    if (lanes == 8) launch(qk_norm_rope_vec8_kernel<8>);
+    else if (lanes == 16) launch(qk_norm_rope_vec8_kernel<16>);
+    else launch(qk_norm_rope_vec8_kernel<32>);
+    check_launch("qk_norm_rope");
+    return s.out;
+  }
   const size_t smem = static_cast<size_t>(kWarpsPerBlock) * s.a.cols * sizeof(float);
   if (smem > 48 * 1024) {
     H3_CUDA_CHECK(cudaFuncSetAttribute(qk_norm_rope_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
