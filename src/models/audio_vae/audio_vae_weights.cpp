@@ -149,11 +149,8 @@ class Builder {
     for (const auto& [prefix, channels] : activations) {
       for (const bool up : {true, false}) {
         const std::string name = prefix + (up ? kUpFilter : kDownFilter);
-        const std::vector<float> taps = filter(name);
-        const float gain = up ? static_cast<float>(kAliasRatio) : 1.0f;
         filter_at_[name] = static_cast<int64_t>(packed.size());
-        for (int64_t c = 0; c < channels; ++c)
-          for (const float t : taps) packed.push_back(gain * t);
+        append_repeated(filter(name), channels, up ? static_cast<float>(kAliasRatio) : 1.0f, &packed);
         packed.resize((packed.size() + kAlign - 1) / kAlign * kAlign, 0.0f);
       }
     }
@@ -267,11 +264,15 @@ class Builder {
  private:
   // [C, 1, K] on the host; on the CPU policy that is its place.
   static Tensor repeat_filter(const std::vector<float>& taps, int64_t channels, float gain) {
-    const int64_t k = static_cast<int64_t>(taps.size());
-    std::vector<float> out(static_cast<size_t>(channels * k));
+    std::vector<float> out;
+    append_repeated(taps, channels, gain, &out);
+    return Tensor::from_f32(out, {channels, 1, static_cast<int64_t>(taps.size())});
+  }
+  // gain * taps, once per channel, appended to `out` (repeat_filter's values, in its order).
+  static void append_repeated(const std::vector<float>& taps, int64_t channels, float gain,
+                              std::vector<float>* out) {
     for (int64_t c = 0; c < channels; ++c)
-      for (int64_t i = 0; i < k; ++i) out[static_cast<size_t>(c * k + i)] = gain * taps[static_cast<size_t>(i)];
-    return Tensor::from_f32(out, {channels, 1, k});
+      for (const float t : taps) out->push_back(gain * t);
   }
 
   const io::Checkpoint& ckpt_;
