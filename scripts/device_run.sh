@@ -19,8 +19,10 @@
 #      H3_FP8_SEARCH=N, cuBLASLt's configurations searched), and `h3 bench dit` in bf16 and FP8: the
 #      FastH3 block (VSA 0.9, tile 64, gates) and the dense one (H3_FP8_DENSE=0 leaves it out).
 #   8. "vaeload": each VAE's decoder loaded alone from the page cache, with its phases.
+#   9. "vae": the video VAE decode: its kernels' tests, `h3 bench vae` with a profile, per attention
+#      kernel, with the decoder's fusions off, and at tile batches 1, 4 and 14.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
+# "fp8", "vaeload", "vae"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
 # per --dit-dtype.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -219,6 +221,38 @@ if [[ " $steps " == *" vaeload "* ]] && [ -x "$bin/h3" ]; then
     tag=${e//[=,]/_}
     run load_audio_vae_$tag 180 env ${e//,/ } "$bin/h3" bench load --component "$model/audio_vae" --repeat 5 --random-weights
     grep -E "^best" "$out/load_audio_vae_$tag.log" | sed "s/^/audio_vae $e /" | tee -a "$summary"
+  done
+fi
+# The video VAE decode ("vae"): its kernels' tests (unless "tests" runs too), then `h3 bench vae`
+# at the default settings with a profile, each attention kernel by name, with FP8 block GEMMs
+# (--vae-dtype fp8, with its PSNR against f16), the decoder's fusion switch off (H3_VAE_ENVS adds
+# settings), and tile batches 1, 4 and 14 for speed and memory.
+if [[ " $steps " == *" vae "* ]] && [ -x "$bin/h3" ]; then
+  if [[ " $steps " != *" tests "* ]]; then
+    run ops_vae 150 "$bin/h3_backend_ops" --gtest_filter='*attention*:*residual*:*qk_norm_rope*:*swiglu*'
+    H3_OPS_LARGE=1 run ops_vae_large 150 "$bin/h3_backend_ops" --gtest_filter='*attention_vae*'
+    grep -E "^\[cuda\].*(attention|residual)" "$out/ops_vae.log" "$out/ops_vae_large.log" | head -40 >>"$summary"
+    run gpu_vae 300 "$bin/h3_gpu_tests" --gtest_filter='CudaFusion.*:CudaAttention.*:*VideoVae*:*Vae*'
+    grep -E "rel_l2|psnr|PSNR" "$out/gpu_vae.log" | head -30 >>"$summary"
+  fi
+  vae_row() { grep -E "decode seconds|attention kernel|peak device|tile batch|^\| decoder|^\| tile|^\| temporal|^\| unacc|TFLOP|Profiled" "$out/$1.log" | sed "s/^/$1: /" | tee -a "$summary"; }
+  run vae_auto 240 "$bin/h3" bench vae --repeat 2 --warmup 1 --profile
+  vae_row vae_auto
+  for k in mma; do
+    run vae_$k 240 "$bin/h3" bench vae --repeat 2 --warmup 1 --vae-attention $k
+    vae_row vae_$k
+  done
+  run vae_fp8 300 "$bin/h3" bench vae --repeat 2 --warmup 1 --vae-dtype fp8 --profile
+  vae_row vae_fp8
+  grep -E "PSNR" "$out/vae_fp8.log" | head -3 | sed "s/^/vae_fp8: /" | tee -a "$summary"
+  for e in H3_FUSE_RESIDUAL_NORM=0 ${H3_VAE_ENVS:-}; do
+    tag=${e//[=,]/_}
+    run vae_$tag 240 env ${e//,/ } "$bin/h3" bench vae --repeat 2 --warmup 1
+    vae_row vae_$tag
+  done
+  for tb in 1 4 14; do
+    run vae_tb$tb 300 "$bin/h3" bench vae --repeat 1 --warmup 1 --tile-batch $tb
+    vae_row vae_tb$tb
   done
 fi
 if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then

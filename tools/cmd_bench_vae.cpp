@@ -36,6 +36,8 @@ struct BenchArgs {
   bool profile = false;
   bool stream = false;
   uint64_t seed = 0;
+  h3::ops::AttentionKernel attention = h3::ops::AttentionKernel::kAuto;
+  bool fp8 = false;
 };
 
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
@@ -82,6 +84,9 @@ void print_help() {
       "  --no-tiling       decode whole windows without spatial tiles\n"
       "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: automatic,\n"
       "                    as many as a 4 GiB activation budget allows on CUDA; 1: one at a time)\n"
+      "  --vae-attention K the decoder's attention kernel: auto (default), hopper, mma or generic\n"
+      "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also decodes\n"
+      "                    with the f16 weights and reports the PSNR per frame between the two\n"
       "  --profile         one more decode with the device synchronized at every stage boundary,\n"
       "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, blend)\n"
       "  --stream          time the streaming decode (frames handed out per window) instead, with\n"
@@ -170,6 +175,12 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.tile_batch = parse_int(f, value(), 0, 4096);
     } else if (f == "--profile") {
       a.profile = true;
+    } else if (f == "--vae-dtype") {
+      const std::string& v = value();
+      H3_CHECK(v == "f16" || v == "fp8", ErrorCode::kInvalidArgument, "--vae-dtype must be f16 or fp8, got '", v, "'");
+      a.fp8 = v == "fp8";
+    } else if (f == "--vae-attention") {
+      a.attention = h3::ops::parse_attention_kernel(value(), f);
     } else if (f == "--stream") {
       a.stream = true;
     } else if (f == "--latents") {
@@ -203,11 +214,13 @@ int run_bench_vae(const std::vector<std::string>& args) {
   vv::VideoVaeOptions opt;
   opt.device = device;
   opt.precision = a.precision.empty()
-                      ? (device.is_cuda() ? vv::VaePrecision::kF16Autocast : vv::VaePrecision::kF32)
+                      ? (device.is_cuda() || a.fp8 ? vv::VaePrecision::kF16Autocast : vv::VaePrecision::kF32)
                       : vv::parse_precision(a.precision);
   opt.use_tiling = a.tiling;
   opt.tile_batch = a.tile_batch;
   opt.load_encoder = false;
+  opt.attention = a.attention;
+  opt.decoder_fp8 = a.fp8;
   const vv::VideoVaeConfig config = a.small ? small_config() : vv::VideoVaeConfig();
 
   DevicePeakSampler sampler(device);
@@ -217,6 +230,7 @@ int run_bench_vae(const std::vector<std::string>& args) {
   wp.device = device;
   wp.decoder_gemm_dtype = opt.precision == vv::VaePrecision::kF16Autocast ? h3::DType::kF16 : h3::DType::kF32;
   wp.load_encoder = false;
+  wp.decoder_fp8 = a.fp8;
   const vv::VideoVae vae =
       vv::VideoVae::from_weights(config, vv::random_video_vae_weights(config, a.seed, wp), opt);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
@@ -238,8 +252,9 @@ int run_bench_vae(const std::vector<std::string>& args) {
     tiles = static_cast<int64_t>(vv::split_tiles(a.h * r, opt.tiles.tile_height, opt.tiles.min_overlap_height, r).starts.size() *
                                  vv::split_tiles(a.w * r, opt.tiles.tile_width, opt.tiles.min_overlap_width, r).starts.size());
   }
-  std::printf("h3 bench vae: %s, %s, %s dimensions, weights %.2f GiB (decoder only), loaded in %.2f s\n",
-              device.str().c_str(), vv::precision_name(opt.precision), a.small ? "tiny" : "released",
+  std::printf("h3 bench vae: %s, %s%s, %s dimensions, weights %.2f GiB (decoder only), loaded in %.2f s\n",
+              device.str().c_str(), vv::precision_name(opt.precision), a.fp8 ? " with FP8 block GEMMs" : "",
+              a.small ? "tiny" : "released",
               gib(static_cast<int64_t>(vv::video_vae_weight_bytes(vae.weights()))), load_s);
   std::printf("request: latents %lldx%lldx%lldx%lld -> %lld frames at %lldx%lld; %lld windows x %lld tiles = %lld decoder calls%s\n",
               static_cast<long long>(config.latent_channels), static_cast<long long>(a.t),
@@ -316,6 +331,8 @@ int run_bench_vae(const std::vector<std::string>& args) {
   std::printf("| seconds per tile | %.4f |\n", best / static_cast<double>(plan.num_chunks * tiles));
   std::printf("| tile batch | %lld (requested %lld; 0 = automatic) |\n", static_cast<long long>(tile_batch),
               static_cast<long long>(a.tile_batch));
+  std::printf("| attention kernel (asked: %s) | %s |\n", h3::ops::attention_kernel_name(a.attention),
+              h3::ops::attention_kernel_name(vae.attention_used()));
   if (a.stream) {
     std::printf("| streaming: pieces handed out | %lld |\n", static_cast<long long>(pieces));
     std::printf("| streaming: seconds to the first finished frames (last run) | %.3f |\n", first_piece_s);
@@ -329,6 +346,22 @@ int run_bench_vae(const std::vector<std::string>& args) {
     std::printf("| ... above the baseline before loading (GiB) | %.2f |\n", gib(sampler.peak() - baseline));
   }
   std::printf("| output | %s float32 (%s) |\n", h3::shape_str(decoded.shape()).c_str(), decoded.device().str().c_str());
+  if (a.fp8) {
+    // The same weights (seed) and latents under the f16 policy: the distance FP8 adds.
+    vv::VideoVaeOptions o16 = opt;
+    o16.decoder_fp8 = false;
+    vv::VideoVaeWeightPolicy wp16 = wp;
+    wp16.decoder_fp8 = false;
+    const vv::VideoVae ref = vv::VideoVae::from_weights(config, vv::random_video_vae_weights(config, a.seed, wp16), o16);
+    const std::vector<double> psnr = vv::frame_psnr(decoded, ref.decode(z_dev));
+    double lo = psnr[0], hi = psnr[0], sum_db = 0.0;
+    for (double p : psnr) lo = std::min(lo, p), hi = std::max(hi, p), sum_db += p;
+    std::printf("| PSNR of the FP8 decode against f16 (dB, per frame: min / mean / max over %zu) | %.2f / %.2f / %.2f |\n",
+                psnr.size(), lo, sum_db / static_cast<double>(psnr.size()), hi);
+    std::printf("\nPSNR per frame (dB):");
+    for (size_t i = 0; i < psnr.size(); ++i) std::printf("%s%.2f", i % 16 == 0 ? "\n " : " ", psnr[i]);
+    std::printf("\n");
+  }
   if (a.profile) {
     const vv::DecoderProfile& d = prof.decoder;
     const double staged = d.gemm_s + d.attention_s + d.norm_s + d.other_s + prof.stitch_s + prof.temporal_s;
@@ -355,6 +388,15 @@ int run_bench_vae(const std::vector<std::string>& args) {
     if (d.gemm_s > 0)
       std::printf("\nblock GEMMs: %.3g TFLOP in %.3f s = %.3g TFLOP/s\n", per_row * static_cast<double>(d.rows) * 1e-12,
                   d.gemm_s, per_row * static_cast<double>(d.rows) * 1e-12 / d.gemm_s);
+    // Attention work: 4 S^2 D per head and layer for each tile of S rows (tiles of one size here).
+    if (d.attention_s > 0 && d.tiles > 0) {
+      const double s_tile = static_cast<double>(d.rows) / static_cast<double>(d.tiles);
+      const double flop = 4.0 * s_tile * s_tile * static_cast<double>(config.decoder_num_attention_heads) *
+                          static_cast<double>(config.decoder_attention_head_dim) *
+                          static_cast<double>(config.decoder_num_layers) * static_cast<double>(d.tiles);
+      std::printf("attention (%s): %.3g TFLOP in %.3f s = %.3g TFLOP/s\n", h3::ops::attention_kernel_name(vae.attention_used()),
+                  flop * 1e-12, d.attention_s, flop * 1e-12 / d.attention_s);
+    }
   }
   return 0;
 }

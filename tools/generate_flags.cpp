@@ -11,6 +11,7 @@
 #include "media/video_io.h"
 #include "media/wav_io.h"
 #include "models/h3_dit/dit_model.h"
+#include "ops/ops.h"
 #include "ops/vsa.h"
 
 namespace h3::cli {
@@ -147,6 +148,12 @@ const char* generate_flags_help() {
          "(single-\n"
          "                           rounding kernels, the reference's optional fusions); default\n"
          "                           fused on CUDA, eager on the CPU\n"
+         "  --vae-dtype D            f16 (default: the reference's fp16 autocast) or fp8: the video VAE\n"
+         "                           decoder blocks' GEMMs in E4M3 (per-channel weight, per-token\n"
+         "                           activation scales); opt-in, h3 bench vae --vae-dtype fp8 reports\n"
+         "                           its PSNR against f16\n"
+         "  --vae-attention K        the video VAE decoder's attention kernel: auto (default), hopper\n"
+         "                           (wgmma, compute capability 9.0), mma (mma.sync) or generic\n"
          "  --vsa-tile-size 64|256   VSA tile edge (default 64)\n"
          "  --vsa-sparsity S         VSA sparsity in [0, 1) (default: the preset's; 0.9 with "
          "gates,\n"
@@ -281,6 +288,12 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       H3_CHECK(v == "eager" || v == "fused", ErrorCode::kInvalidArgument,
                "--dit-rounding must be eager or fused, got '", v, "'");
       eo.dit_rounding = v == "fused" ? h3::dit::DitRounding::kFused : h3::dit::DitRounding::kEager;
+    } else if (a == "--vae-dtype") {
+      H3_CHECK(v == "f16" || v == "fp8", ErrorCode::kInvalidArgument, "--vae-dtype must be f16 or fp8, got '", v,
+               "'");
+      eo.vae_fp8 = v == "fp8";
+    } else if (a == "--vae-attention") {
+      eo.vae_attention = h3::ops::parse_attention_kernel(v, "--vae-attention");
     } else if (a == "--attention") {
       f.settings.attention = h3::dit::parse_attention_backend(v);
     } else if (a == "--vsa-tile-size") {

@@ -129,8 +129,42 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // ---- attention --------------------------------------------------------------------------------------
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
-                 const Tensor* mask) {
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kAuto: return "auto";
+    case AttentionKernel::kHopper: return "hopper";
+    case AttentionKernel::kMma: return "mma";
+    case AttentionKernel::kGeneric: return "generic";
+    case AttentionKernel::kCpu: return "cpu";
+  }
+  return "?";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& what) {
+  for (AttentionKernel k : {AttentionKernel::kAuto, AttentionKernel::kHopper, AttentionKernel::kMma,
+                            AttentionKernel::kGeneric}) {
+    if (text == attention_kernel_name(k)) return k;
+  }
+  fail(ErrorCode::kInvalidArgument, what, ": unknown attention kernel '", text,
+       "' (expected auto, hopper, mma or generic)");
+}
+
+bool attention_kernel_available(AttentionKernel kernel, const Device& device) {
+  switch (kernel) {
+    case AttentionKernel::kAuto: return true;
+    case AttentionKernel::kCpu: return device.is_cpu();
+    case AttentionKernel::kMma:
+    case AttentionKernel::kGeneric: return device.is_cuda();
+    case AttentionKernel::kHopper: return device.is_cuda() && cuda::hopper_attention_available(device.index);
+  }
+  return false;
+}
+
+namespace {
+
+// The checks every backend shares; returns the inputs' device.
+Device check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                       const Tensor* mask) {
   const Device dev = check_devices("attention", {{"q", &q}, {"k", &k}, {"v", &v}, {"mask", mask}});
   for (const Named& a : {Named{"q", &q}, Named{"k", &k}, Named{"v", &v}}) {
     check_float("attention", a.name, *a.t);
@@ -158,6 +192,21 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     H3_CHECK(ok, ErrorCode::kInvalidArgument, "ops::attention: cu_seqlens must rise from 0 to ",
              q.size(0), " (", p.cu_seqlens.size(), " entries given)");
   }
+  return dev;
+}
+
+}  // namespace
+
+AttentionKernel attention_kernel_for(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const AttentionParams& p, const Tensor* mask) {
+  const Device dev = check_attention(q, k, v, p, mask);
+  if (dev.is_cuda()) return cuda::attention_kernel_for(q, k, v, p, mask);
+  return AttentionKernel::kCpu;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                 const Tensor* mask) {
+  const Device dev = check_attention(q, k, v, p, mask);
   if (dev.is_cuda()) return cuda::attention(q, k, v, p, mask);
   return cpu::attention(q, k, v, p, mask);
 }

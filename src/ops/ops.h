@@ -19,6 +19,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -43,13 +44,35 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 
 // ---- attention ----------------------------------------------------------------------------------
 
+// The kernel behind ops::attention. The CPU has one (kCpu). On CUDA: kHopper, the wgmma/TMA kernel
+// (a compute capability 9.0 device; f16/bf16, head dim 64 or 128, no mask, not causal); kMma, the
+// mma.sync flash kernel (f16/bf16, head dim 16, 32, 64 or 128, no mask); kGeneric, any input.
+// kAuto takes the first of these that accepts the inputs, unless H3_ATTN_HOPPER=0 or
+// H3_ATTN_GENERIC=1 rule a kernel out; a kernel asked for by name ignores those switches.
+enum class AttentionKernel { kAuto, kHopper, kMma, kGeneric, kCpu };
+const char* attention_kernel_name(AttentionKernel k);  // "auto", "hopper", "mma", "generic", "cpu"
+// "auto", "hopper", "mma" or "generic"; anything else throws kInvalidArgument naming `what` (a flag)
+// and the choices.
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& what);
+
 struct AttentionParams {
   float scale = 0.0f;  // 0 means 1/sqrt(head_dim)
   bool causal = false;
   // Variable-length block-diagonal batch (vision tower): cumulative sequence starts, size
   // segments+1, e.g. {0, 256, 512}. Rows attend only within their segment. Empty: one segment.
   std::vector<int64_t> cu_seqlens;
+  // CUDA only (the CPU has one kernel). A named kernel that cannot take the inputs throws
+  // kUnsupported with the reason; it never falls back silently.
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
+
+// The kernel ops::attention runs for these inputs (never kAuto; kCpu for CPU tensors). Throws as
+// ops::attention would when p.kernel names a kernel the inputs cannot use.
+AttentionKernel attention_kernel_for(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const AttentionParams& p = {}, const Tensor* mask = nullptr);
+// Whether `kernel` can run on `device` at all: kHopper needs a compute capability 9.0 GPU and a
+// build holding the sm_90a kernels; kMma and kGeneric any CUDA device; kCpu the CPU; kAuto any.
+bool attention_kernel_available(AttentionKernel kernel, const Device& device);
 
 // q [S, Hq, D], k/v [S_kv, Hkv, D] with Hq % Hkv == 0 (grouped-query: query head h reads key/value
 // head h / (Hq/Hkv)). Returns [S, Hq, D]. Exact softmax (max-subtracted, float32 accumulation).
@@ -196,5 +219,15 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
 // product and reading both back (a LoRA pair's second GEMM, dit_lora.h). Switch:
 // H3_FUSE_GEMM_RESIDUAL.
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual);
+// The video VAE decoder's LayerScale residual and the pre-norm after it (h3_components_spec.md
+// §2.6, §2.9): x' = add(x, mul(cast(branch, f32), scale)) and normed = cast(rms_norm(x', weight,
+// eps), norm_dtype). x [S, C] float32, branch [S, C] any float dtype, scale [C] float32, weight
+// [C] or null. On CUDA one pass reads x and the branch once and writes both results (bit for bit
+// the composition's values). Switch: H3_FUSE_RESIDUAL_NORM.
+struct ResidualNorm {
+  Tensor x, normed;
+};
+ResidualNorm layerscale_residual_rms_norm(const Tensor& x, const Tensor& branch, const Tensor& scale,
+                                          const Tensor* weight, float eps, DType norm_dtype);
 
 }  // namespace h3::ops

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "io/device_loader.h"
+#include "ops/ops.h"
 
 namespace h3::pipeline {
 
@@ -38,7 +39,8 @@ DType conditioner_dtype_of(const EngineOptions& o) {
 
 video_vae::VaePrecision vae_precision_of(const EngineOptions& o) {
   if (o.vae_precision) return *o.vae_precision;
-  return o.device.is_cuda() ? video_vae::VaePrecision::kF16Autocast : video_vae::VaePrecision::kF32;
+  // FP8 decoder weights replace the f16-autocast policy's float16 GEMMs, on any device.
+  return o.device.is_cuda() || o.vae_fp8 ? video_vae::VaePrecision::kF16Autocast : video_vae::VaePrecision::kF32;
 }
 
 // Measures one component load for the receipt: the bytes the device loader moved (or, on the
@@ -119,6 +121,11 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   H3_CHECK(!options.cpu_offload || options.device.is_cuda(), ErrorCode::kUnsupported,
            "--cpu-offload needs a CUDA device (--device cuda); on ", options.device.str(),
            " the weights already live in host memory");
+  H3_CHECK(ops::attention_kernel_available(options.vae_attention, options.device), ErrorCode::kUnsupported,
+           "--vae-attention ", ops::attention_kernel_name(options.vae_attention), " is not available on ",
+           options.device.str(),
+           options.device.is_cpu() ? " (the CPU has one attention kernel; leave --vae-attention at auto)"
+                                   : " (hopper needs a compute capability 9.0 GPU and a build with sm_90a kernels)");
   repo_ = io::Repository::open(model_dir);
   PlanOptions po;
   po.device = options.device;
@@ -258,6 +265,8 @@ video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
   video_vae::VideoVaeOptions vopt;
   vopt.device = options_.device;
   vopt.precision = vae_precision_of(options_);
+  vopt.attention = options_.vae_attention;
+  vopt.decoder_fp8 = options_.vae_fp8;
   vopt.load_encoder = encoder;
   LoadMeter meter(rc, "vae", file_bytes_of(plan_, "vae"), options_.device);
   l.vae = video_vae::VideoVae::load(repo_.component("vae").folder, vopt);

@@ -65,6 +65,10 @@ struct EngineOptions {
   // --text-encoder-dtype fp8 (qwen3_vl::Qwen3VlLoadOptions::fp8): FP8 GEMMs in the conditioner.
   bool text_encoder_fp8 = false;
   std::optional<video_vae::VaePrecision> vae_precision;
+  // --vae-attention: the video VAE decoder's attention kernel (VideoVaeOptions::attention).
+  ops::AttentionKernel vae_attention = ops::AttentionKernel::kAuto;
+  // --vae-dtype fp8 (video_vae::VideoVaeOptions::decoder_fp8); implies the f16-autocast policy.
+  bool vae_fp8 = false;
   // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
   // reference's policy) and float32 on the CPU (the oracle).
   std::optional<DType> conditioner_dtype;

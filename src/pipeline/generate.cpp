@@ -376,6 +376,7 @@ void Generation::prepare() {
   rc.set("dit_rounding", g.engine.dit_rounding() == dit::DitRounding::kFused ? "fused" : "eager");
   if (g.engine.options().dit_fp8) rc.set("dit_dtype", "fp8");
   if (g.engine.options().text_encoder_fp8) rc.set("text_encoder_dtype", "fp8");
+  if (g.engine.options().vae_fp8) rc.set("vae_dtype", "fp8");
   g.done = 1;
 }
 
@@ -733,6 +734,7 @@ void Generation::decode() {
     }
   }
   stage.end();
+  rc.set("vae_attention", ops::attention_kernel_name(vae.attention_used()));
   g.peak_end("decode");
   engine.finished_generation(rc);
   g.done = 4;

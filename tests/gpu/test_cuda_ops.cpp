@@ -195,6 +195,30 @@ TEST(CudaFusion, Vec8KernelsMatchTheScalarKernels) {
   }
 }
 
+// The video VAE decoder's residual + pre-norm in one pass equals the composition it replaces
+// (the LayerScale product and sum in float32, the vec8 RMSNorm, the cast) bit for bit.
+TEST(CudaFusion, ResidualNormEqualsTheComposition) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 301, c = 2048;
+  const Tensor x = to_gpu(randn({s, c}, DType::kF32, 41));
+  const Tensor br = to_gpu(randn({s, c}, DType::kF16, 42));
+  const Tensor sc = to_gpu(randn({c}, DType::kF32, 43, 0.2f));
+  const Tensor w = to_gpu(randn({c}, DType::kF32, 44, 0.5f));
+  const ops::ResidualNorm fused = ops::layerscale_residual_rms_norm(x, br, sc, &w, 1e-5f, DType::kF16);
+  ops::ResidualNorm plain;
+  {
+    ScopedEnv off("H3_FUSE_RESIDUAL_NORM", "0");
+    plain = ops::layerscale_residual_rms_norm(x, br, sc, &w, 1e-5f, DType::kF16);
+  }
+  const Tensor manual_x = ops::add(x, ops::mul(ops::cast(br, DType::kF32), sc));
+  const Tensor manual_n = ops::cast(ops::rms_norm(manual_x, &w, 1e-5f), DType::kF16);
+  ASSERT_EQ(fused.normed.dtype(), DType::kF16);
+  EXPECT_TRUE(same_bytes(fused.x, manual_x)) << "x' differs from add(x, mul(cast(branch), scale))";
+  EXPECT_TRUE(same_bytes(fused.normed, manual_n)) << "the norm differs from cast(rms_norm(x'))";
+  EXPECT_TRUE(same_bytes(plain.x, manual_x));
+  EXPECT_TRUE(same_bytes(plain.normed, manual_n));
+}
+
 // The FP8 GEMM's bias in cuBLASLt's epilogue against the float32 accumulator plus a bias kernel
 // (H3_FUSE_FP8_BIAS=0): both add the bias in float32 to the scaled sum and round once to bf16, so
 // they differ at most where the two kernels' float32 sums differ in the last bits.
@@ -278,6 +302,56 @@ TEST(CudaAttention, FlashAgreesWithGenericAndIsDeterministic) {
               static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d), df.rel_l2, dg.rel_l2);
   EXPECT_LE(df.rel_l2, 1e-2);
   EXPECT_LE(dg.rel_l2, 1e-2);
+}
+
+// Which kernel runs is reported (attention_kernel_for) and can be chosen: on a Hopper GPU the
+// automatic choice at head dim 64 (the video VAE decoder) is the wgmma kernel, H3_ATTN_HOPPER=0
+// takes the mma.sync one, a kernel named for inputs it cannot take is refused with the reason, and
+// the two tensor-core kernels agree with the float32 oracle and are each deterministic.
+TEST(CudaAttention, KernelChoiceIsReportedAndNamedKernelsRefuseWhatTheyCannotTake) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 700, h = 4, d = 64;
+  const Tensor q = to_gpu(randn({s, h, d}, DType::kF16, 51));
+  const Tensor k = to_gpu(randn({s, h, d}, DType::kF16, 52));
+  const Tensor v = to_gpu(randn({s, h, d}, DType::kF16, 53));
+  ops::AttentionParams p;
+  p.cu_seqlens = {0, 300, 700};
+  const bool hopper = ops::attention_kernel_available(ops::AttentionKernel::kHopper, Device::cuda(0));
+  EXPECT_EQ(ops::attention_kernel_for(q, k, v, p),
+            hopper ? ops::AttentionKernel::kHopper : ops::AttentionKernel::kMma);
+  {
+    ScopedEnv off("H3_ATTN_HOPPER", "0");
+    EXPECT_EQ(ops::attention_kernel_for(q, k, v, p), ops::AttentionKernel::kMma);
+  }
+  const Tensor ref = ops::attention(q.to(Device::cpu()).to(DType::kF32), k.to(Device::cpu()).to(DType::kF32),
+                                    v.to(Device::cpu()).to(DType::kF32), p);
+  for (ops::AttentionKernel kern : {ops::AttentionKernel::kHopper, ops::AttentionKernel::kMma, ops::AttentionKernel::kGeneric}) {
+    if (kern == ops::AttentionKernel::kHopper && !hopper) continue;
+    ops::AttentionParams pk = p;
+    pk.kernel = kern;
+    EXPECT_EQ(ops::attention_kernel_for(q, k, v, pk), kern);
+    const Tensor a = ops::attention(q, k, v, pk), b = ops::attention(q, k, v, pk);
+    EXPECT_TRUE(same_bytes(a, b)) << ops::attention_kernel_name(kern) << ": two runs differ";
+    const Diff df = diff(a, ref);
+    std::printf("attention %s f16 d64 varlen: rel_l2=%.3e vs f32 CPU (bound 2e-3)\n", ops::attention_kernel_name(kern),
+                df.rel_l2);
+    EXPECT_LE(df.rel_l2, 2e-3) << ops::attention_kernel_name(kern);
+  }
+  // Head dim 72 (the vision tower's): only the generic kernel takes it.
+  const Tensor q72 = to_gpu(randn({40, 2, 72}, DType::kBF16, 54));
+  ops::AttentionParams ph;
+  ph.kernel = ops::AttentionKernel::kHopper;
+  EXPECT_THROW(ops::attention(q72, q72, q72, ph), Error);
+  ph.kernel = ops::AttentionKernel::kMma;
+  try {
+    (void)ops::attention(q72, q72, q72, ph);
+    ADD_FAILURE() << "the mma kernel took head dim 72";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("mma kernel does not take"), std::string::npos) << e.what();
+  }
+  ph.kernel = ops::AttentionKernel::kGeneric;
+  EXPECT_EQ(ops::attention(q72, q72, q72, ph).shape(), q72.shape());
 }
 
 TEST(CudaAttention, StridedQkvViewsMatchContiguous) {

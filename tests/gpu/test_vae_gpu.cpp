@@ -35,6 +35,9 @@ using video_vae::VideoVae;
 
 constexpr double kCallBound = 2e-2;        // GPU policy bound per decoder output (TOLERANCES.md)
 constexpr double kF32Bound = 1e-5;         // float32 engine bound
+// --vae-dtype fp8 against the f16-autocast decode, per frame (an opt-in without a reference
+// bound): a floor that catches a broken FP8 path, set below the measured PSNR (bench/RESULTS.md).
+constexpr double kFp8MinPsnrDb = 25.0;
 constexpr double kAudioEncodeBound = 1e-4;  // audio VAE encode, rel_max
 // Audio decode in float32 on the GPU accumulates its convolutions in float32, where the CPU
 // oracle accumulates in float64 because the decoder amplifies float32 accumulation noise to about
@@ -126,22 +129,23 @@ std::vector<int64_t> iota(int64_t n) {
 
 // ---- models ---------------------------------------------------------------------------------------
 
-VideoVae& video_model(Device dev, VaePrecision precision) {
+VideoVae& video_model(Device dev, VaePrecision precision, bool fp8 = false) {
   static std::map<std::string, std::unique_ptr<VideoVae>> cache;
-  const std::string key = dev.str() + video_vae::precision_name(precision);
+  const std::string key = dev.str() + video_vae::precision_name(precision) + (fp8 ? "fp8" : "");
   auto it = cache.find(key);
   if (it == cache.end()) {
     video_vae::VideoVaeOptions opt;
     opt.device = dev;
     opt.precision = precision;
+    opt.decoder_fp8 = fp8;
     const std::string dir = test::Golden::get()->checkpoint_dir() + "/vae";
     it = cache.emplace(key, std::make_unique<VideoVae>(VideoVae::load(dir, opt))).first;
   }
   return *it->second;
 }
 
-VideoVae& prepared(Device dev, VaePrecision precision, const test::GoldenCase& c) {
-  VideoVae& vae = video_model(dev, precision);
+VideoVae& prepared(Device dev, VaePrecision precision, const test::GoldenCase& c, bool fp8 = false) {
+  VideoVae& vae = video_model(dev, precision, fp8);
   vae.set_tiling(tiling_of(c), tiles_of(c));
   return vae;
 }
@@ -218,6 +222,32 @@ TEST(GpuVideoVae, DecodeF16AutocastWithinThreeTimesCpuFloor) {
                 c.file.c_str(), got.rel_l2, got.rel_max, floor.rel_l2, bound);
     EXPECT_LE(got.rel_l2, bound);
     EXPECT_EQ(got.nonfinite, 0);
+  }
+}
+
+// --vae-dtype fp8 on the GPU: per-frame PSNR of the whole decode against the GPU's f16-autocast
+// decode (the policy it replaces), and against the CPU's FP8 decode (the same E4M3 values; the
+// GEMMs sum in other orders).
+TEST(GpuVideoVae, DecodeFp8PsnrAgainstF16) {
+  unset_tile_batch_env();
+  H3_VIDEO_DECODE_CASES_OR_SKIP(cases);
+  for (const auto& [c, d] : cases) {
+    SCOPED_TRACE(c.file);
+    const Tensor d16 = prepared(Device::cuda(0), VaePrecision::kF16Autocast, c).decode(d.latents).to(Device::cpu());
+    const Tensor d8 = prepared(Device::cuda(0), VaePrecision::kF16Autocast, c, true).decode(d.latents).to(Device::cpu());
+    const Tensor c8 = prepared(Device::cpu(), VaePrecision::kF16Autocast, c, true).decode(d.latents);
+    auto lowest = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+    auto mean = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return s / static_cast<double>(v.size());
+    };
+    const std::vector<double> vs16 = video_vae::frame_psnr(d8, d16), vscpu = video_vae::frame_psnr(d8, c8);
+    std::printf("[gpu video decode fp8] %s: PSNR vs gpu f16-autocast min %.2f / mean %.2f dB; vs cpu fp8 min %.2f / "
+                "mean %.2f dB (bound: min vs f16 > %.1f dB)\n",
+                c.file.c_str(), lowest(vs16), mean(vs16), lowest(vscpu), mean(vscpu), kFp8MinPsnrDb);
+    EXPECT_GT(lowest(vs16), kFp8MinPsnrDb);
+    EXPECT_EQ(test::compare(d8, d16).nonfinite, 0);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_model.h"
+#include "models/video_vae/video_vae_tiling.h"
 #include "ops/cuda/vae_assemble.h"
 #include "ops/ops.h"
 #include "support/golden.h"
@@ -64,6 +65,55 @@ TEST(VideoVaeAssemblyGpu, AssembleFramesMatchesCpu) {
                 static_cast<long long>(bad_narrow), first.c_str());
     EXPECT_EQ(bad_narrow, 0);
   }
+}
+
+// The one-kernel stitch against stitch_tiles' op composition on the same device, bit for bit:
+// each float dtype, overlaps that differ per boundary (as the release's 96/80/80 and 80/.../64),
+// an overlap larger than a neighbour, one row of tiles, and a single tile.
+TEST(VideoVaeAssemblyGpu, StitchKernelMatchesComposition) {
+  H3_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  struct Grid {
+    int64_t ny, nx;
+    std::vector<int64_t> heights, widths, yo, xo;
+  };
+  const Grid grids[] = {
+      {3, 4, {32, 32, 32}, {40, 40, 40, 40}, {12, 8}, {10, 6, 16}},
+      {2, 3, {24, 16}, {20, 20, 12}, {20}, {4, 16}},  // overlaps past the smaller tile: min() applies
+      {1, 5, {16}, {24, 24, 24, 24, 24}, {}, {8, 8, 8, 4}},
+      {1, 1, {20}, {28}, {}, {}},
+  };
+  for (const DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (const Grid& g : grids) {
+      uint64_t s = 777;
+      auto next = [&]() {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+      };
+      std::vector<std::vector<Tensor>> rows(static_cast<size_t>(g.ny));
+      std::vector<Tensor> flat;
+      for (int64_t i = 0; i < g.ny; ++i)
+        for (int64_t j = 0; j < g.nx; ++j) {
+          std::vector<float> v(static_cast<size_t>(3 * 5 * g.heights[i] * g.widths[j]));
+          for (float& x : v) x = next();
+          const Tensor t = Tensor::from_f32(v, {3, 5, g.heights[i], g.widths[j]}, dt).to(gpu);
+          rows[i].push_back(t);
+          flat.push_back(t);
+        }
+      const Tensor ref = video_vae::stitch_tiles(rows, g.yo, g.xo).to(Device::cpu());
+      const Tensor got = ops::cuda::vae_stitch_tiles(flat, g.ny, g.nx, g.yo, g.xo).to(Device::cpu());
+      ASSERT_EQ(got.shape(), ref.shape());
+      std::string first;
+      const int64_t bad = test::count_bit_mismatches(got, ref, &first);
+      std::printf("stitch %s %lldx%lld tiles -> %s: %lld values differ %s\n", dtype_name(dt),
+                  static_cast<long long>(g.ny), static_cast<long long>(g.nx), shape_str(ref.shape()).c_str(),
+                  static_cast<long long>(bad), first.c_str());
+      EXPECT_EQ(bad, 0);
+    }
+  }
+  // A tile that does not fit the grid is refused, naming it.
+  const Tensor a = Tensor::zeros({3, 2, 8, 8}, DType::kF16, gpu), b = Tensor::zeros({3, 2, 8, 6}, DType::kF16, gpu);
+  EXPECT_THROW(ops::cuda::vae_stitch_tiles({a, b, b, a}, 2, 2, {2}, {2}), Error);
 }
 
 TEST(VideoVaeAssemblyGpu, Uint8FramesMatchHostConversion) {

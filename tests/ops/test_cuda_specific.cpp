@@ -1,7 +1,8 @@
 // Backend-ops cases aimed at the CUDA kernels: the flash-attention shapes (each head dim the
-// tensor-core kernel handles, causal, grouped-query, block-diagonal, ragged tails) and the generic
-// attention kernel (head dims 72 and 256, float32, additive masks), the fused ops of ops.h, and
-// GEMMs whose bias goes through cuBLASLt's epilogue. On the CPU each case also checks the oracle
+// tensor-core kernels handle, causal, grouped-query, block-diagonal, ragged tails; the Hopper and
+// mma.sync kernels each by name where both apply) and the generic attention kernel (head dims 72
+// and 256, float32, additive masks), the fused ops of ops.h, and GEMMs whose bias goes through
+// cuBLASLt's epilogue. On the CPU each case also checks the oracle
 // against a naive float64 reference.
 #include <cmath>
 #include <limits>
@@ -18,6 +19,7 @@ struct AttnShape {
   bool causal = false;
   std::vector<int64_t> cu = {};
   bool mask = false;
+  h3::ops::AttentionKernel kernel = h3::ops::AttentionKernel::kAuto;  // CUDA only
 };
 
 // Naive float64 attention: exact softmax per (row, head); causal is top-left aligned (key j is
@@ -87,6 +89,7 @@ void add_attention(const std::string& tag, DType t, const AttnShape& a, bool lar
     h3::ops::AttentionParams p;
     p.causal = a.causal;
     p.cu_seqlens = a.cu;
+    p.kernel = a.kernel;
     return h3::ops::attention(in[0], in[1], in[2], p, a.mask ? &in[3] : nullptr);
   };
   c.reference = [=](const std::vector<Tensor>& in) { return ref_attention(in, a); };
@@ -172,6 +175,39 @@ void add_qk_norm_rope(DType t, int64_t s, int64_t h, int64_t d, int rot) {
   register_case(std::move(c));
 }
 
+// layerscale_residual_rms_norm: both outputs, x' (float32) then the norm (widened to float32),
+// flattened into one tensor.
+void add_residual_norm(DType branch_t, DType norm_t, int64_t s, int64_t cdim, bool weight) {
+  OpCase c;
+  c.op = "layerscale_residual_rms_norm";
+  c.name = "layerscale_residual_rms_norm_" + dtype_tag(branch_t) + "_to_" + dtype_tag(norm_t) + "_s" +
+           std::to_string(s) + "_c" + std::to_string(cdim) + (weight ? "_w" : "");
+  // The output is float32 (both results widened); the norm's rounding sets the bounds.
+  c.dtype = DType::kF32;
+  c.cpu_bounds = c.device_bounds = default_bounds(norm_t);
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({s, cdim}, DType::kF32), r.normal_tensor({s, cdim}, branch_t),
+                               r.uniform_tensor({cdim}, DType::kF32, -0.5f, 0.5f),
+                               r.uniform_tensor({cdim}, DType::kF32, 0.5f, 1.5f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const h3::ops::ResidualNorm rn =
+        h3::ops::layerscale_residual_rms_norm(in[0], in[1], in[2], weight ? &in[3] : nullptr, 1e-5f, norm_t);
+    return h3::ops::concat({rn.x.view({-1}), h3::ops::cast(rn.normed, DType::kF32).view({-1})}, 0);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> x = f64(in[0]), b = f64(in[1]), sc = f64(in[2]), w = f64(in[3]);
+    std::vector<double> xo(x.size());
+    for (int64_t r = 0; r < s; ++r)
+      for (int64_t k = 0; k < cdim; ++k) xo[r * cdim + k] = x[r * cdim + k] + b[r * cdim + k] * sc[k];
+    std::vector<double> out = xo;
+    const std::vector<double> n = ref_rms(xo, weight ? &w : nullptr, cdim, 1e-5);
+    out.insert(out.end(), n.begin(), n.end());
+    return out;
+  };
+  register_case(std::move(c));
+}
+
 void add_linear_bias(DType t, int64_t m, int64_t k, int64_t n) {
   OpCase c;
   c.op = "linear";
@@ -215,6 +251,17 @@ void add_cases() {
   add_attention("hopper_cross", DType::kBF16, {77, 290, 2, 1, 128});
   add_attention("hopper_varlen", DType::kBF16, {300, 300, 4, 4, 128, false, {0, 50, 50, 211, 300}});
   add_attention("hopper", DType::kF16, {150, 150, 2, 2, 128});
+  // Head dim 64 (the video VAE decoder's): one 64-column half per tile, 4 stages, m64n64 P V.
+  add_attention("hopper", DType::kF16, {200, 200, 2, 2, 64});
+  add_attention("hopper_gqa", DType::kBF16, {261, 261, 4, 2, 64});
+  add_attention("hopper_cross", DType::kF16, {70, 333, 2, 2, 64});
+  add_attention("hopper_varlen", DType::kF16, {400, 400, 2, 2, 64, false, {0, 137, 137, 274, 400}});
+  // The mma.sync kernel at head dims the Hopper one also takes, asked for by name (on a Hopper
+  // GPU the automatic choice would never reach it).
+  add_attention("mma", DType::kF16, {130, 130, 2, 2, 64, false, {}, false, h3::ops::AttentionKernel::kMma});
+  add_attention("mma_varlen", DType::kBF16,
+                {260, 260, 2, 2, 64, false, {0, 64, 64, 193, 260}, false, h3::ops::AttentionKernel::kMma});
+  add_attention("mma", DType::kBF16, {200, 200, 2, 2, 128, false, {}, false, h3::ops::AttentionKernel::kMma});
   // Generic kernel: head dims 72 and 256, float32, masks.
   add_attention("vision", DType::kBF16, {96, 96, 2, 2, 72, false, {0, 40, 96}});
   add_attention("audio", DType::kF32, {50, 50, 1, 1, 256, true});
@@ -225,6 +272,8 @@ void add_cases() {
     add_attention("dit_slice", DType::kBF16, {1500, 1500, 8, 8, 128}, true);
     add_attention("qwen", DType::kBF16, {700, 700, 16, 2, 128, true}, true);
     add_attention("vae", DType::kF16, {1024, 1024, 1, 1, 64}, true);
+    // Two 1,797-row tiles of the decoder (7 x 16 x 16 latents plus 5 suffix tokens), 4 heads.
+    add_attention("vae_tiles", DType::kF16, {3594, 3594, 4, 4, 64, false, {0, 1797, 3594}}, true);
   }
 
   add_rms_norm_modulate(DType::kF32, 37, 96, 6, true);
@@ -240,6 +289,14 @@ void add_cases() {
   add_qk_norm_rope(DType::kBF16, 21, 2, 256, 128);
   add_qk_norm_rope(DType::kBF16, 11, 3, 128, 120);
   add_qk_norm_rope(DType::kBF16, 5, 2, 512, 128);
+
+  // The video VAE decoder's width (fused, eight values per lane) and widths that take the
+  // composition: wider than the kernel's 2,048, not a multiple of 8.
+  add_residual_norm(DType::kF16, DType::kF16, 37, 2048, true);
+  add_residual_norm(DType::kBF16, DType::kBF16, 20, 96, false);
+  add_residual_norm(DType::kF32, DType::kF32, 9, 136, true);
+  add_residual_norm(DType::kF16, DType::kF16, 5, 2304, true);
+  add_residual_norm(DType::kF16, DType::kF16, 6, 36, true);
 
   add_linear_bias(DType::kBF16, 70, 96, 130);
   add_linear_bias(DType::kF16, 33, 64, 48);

@@ -198,6 +198,8 @@ TEST(CliGenerate, BadRequestsFailBeforeWritingAnything) {
       {" --workflow fl2va", "keyframe"},      // fl2va without an image
       {" --frobnicate 1", "unknown option"},
       {" --dit-dtype fp16", "--dit-dtype"},
+      {" --vae-attention fast", "--vae-attention: unknown attention kernel 'fast'"},
+      {" --vae-attention hopper", "--vae-attention hopper is not available on cpu"},
   };
   for (const Case& c : cases) {
     const RunResult r = run_h3(small_request(model, out) + c.extra);

@@ -21,6 +21,7 @@ namespace {
 
 using video_vae::split_tiles;
 using video_vae::TileAxis;
+using video_vae::VideoVae;
 using video_vae::VideoVaeConfig;
 
 using V = std::vector<int64_t>;
@@ -262,8 +263,10 @@ TEST(VideoVaeModel, SmallRandomEndToEnd) {
   const auto m = test::compare(vae.normalize_latents(back), cond);
   EXPECT_LE(m.rel_max, 1e-6);
 
+  EXPECT_EQ(vae.attention_used(), ops::AttentionKernel::kAuto);  // nothing decoded yet
   const Tensor decoded = vae.decode(back);
   EXPECT_EQ(decoded.shape(), (Shape{1, 3, 22, 24, 32}));
+  EXPECT_EQ(vae.attention_used(), ops::AttentionKernel::kCpu);
   const Tensor frames = video_vae::frames_to_uint8(video_vae::denormalize_pixels(decoded));
   EXPECT_EQ(frames.shape(), (Shape{1, 22, 24, 32, 3}));
   for (float v : decoded.to_f32_vector()) ASSERT_TRUE(std::isfinite(v));
@@ -281,6 +284,43 @@ TEST(VideoVaeModel, SmallRandomEndToEnd) {
   std::printf("small model f16-autocast vs f32 decode: %s\n", test::format_metrics(mh).c_str());
   EXPECT_LE(mh.rel_l2, 1e-2);
   EXPECT_GT(mh.rel_l2, 0.0);  // the policy really rounds
+}
+
+// The FP8 decode's distance from the f16 one on the small random model: 58.8 dB measured (min frame);
+// the bound leaves room for BLAS summation orders, and fails if FP8 breaks the decode.
+constexpr double kFp8MinPsnrDb = 25.0;
+
+// --vae-dtype fp8: the blocks' six projections become E4M3 with per-channel scales, the decode
+// keeps its shape, and the frames stay close to the f16-autocast decode of the same weights.
+TEST(VideoVaeModel, Fp8DecoderStaysCloseToF16) {
+  const VideoVaeConfig c = small_config();
+  video_vae::VideoVaeWeightPolicy wp;
+  wp.decoder_gemm_dtype = DType::kF16;
+  video_vae::VideoVaeOptions opt;
+  opt.precision = video_vae::VaePrecision::kF16Autocast;
+  const VideoVae half = VideoVae::from_weights(c, video_vae::random_video_vae_weights(c, 7, wp), opt);
+  wp.decoder_fp8 = opt.decoder_fp8 = true;
+  const VideoVae fp8 = VideoVae::from_weights(c, video_vae::random_video_vae_weights(c, 7, wp), opt);
+  const video_vae::DecoderBlockWeights& b = fp8.weights().decoder.blocks[0];
+  for (const Tensor* w : {&b.q_w, &b.k_w, &b.v_w, &b.out_w, &b.ff_in_w, &b.ff_out_w}) EXPECT_EQ(w->dtype(), DType::kF8E4M3);
+  EXPECT_EQ(b.ff_in_s.shape(), (Shape{b.ff_in_w.size(0)}));
+  EXPECT_EQ(fp8.weights().decoder.proj_out_w.dtype(), DType::kF16);
+  EXPECT_LT(video_vae::video_vae_weight_bytes(fp8.weights()), video_vae::video_vae_weight_bytes(half.weights()));
+  Tensor z = Tensor::empty({1, 4, 7, 6, 8}, DType::kF32);
+  for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = static_cast<float>((i * 29 % 97) / 24.0 - 2.0);
+  const Tensor d16 = half.decode(z), d8 = fp8.decode(z);
+  ASSERT_EQ(d8.shape(), d16.shape());
+  const std::vector<double> psnr = video_vae::frame_psnr(d8, d16);
+  ASSERT_EQ(psnr.size(), static_cast<size_t>(d16.size(2)));
+  double lo = psnr[0];
+  for (double p : psnr) lo = std::min(lo, p);
+  std::printf("small model fp8 vs f16-autocast decode: min PSNR %.2f dB over %zu frames\n", lo, psnr.size());
+  EXPECT_GT(lo, kFp8MinPsnrDb);
+  EXPECT_FALSE(std::isinf(lo)) << "the FP8 decode equals the f16 one: the projections did not change";
+  // FP8 is a variant of the f16-autocast policy only.
+  video_vae::VideoVaeOptions bad;
+  bad.decoder_fp8 = true;
+  EXPECT_THROW((void)VideoVae::from_weights(c, video_vae::random_video_vae_weights(c, 7, {}), bad), Error);
 }
 
 TEST(VideoVaeModel, BadInputsThrow) {
@@ -304,6 +344,25 @@ TEST(VideoVaeModel, BadInputsThrow) {
   EXPECT_EQ(code_of([] { video_vae::normalize_pixels(Tensor::zeros({1, 4, 1, 2, 2}, DType::kU8)); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([] { video_vae::parse_precision("int8"); }), ErrorCode::kInvalidArgument);
+  // An attention kernel by name: unknown names, and CUDA kernels on the CPU, are refused up front.
+  EXPECT_EQ(code_of([] { ops::parse_attention_kernel("flash9", "--vae-attention"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ops::parse_attention_kernel("hopper", "--vae-attention"), ops::AttentionKernel::kHopper);
+  EXPECT_EQ(code_of([] { ops::parse_attention_kernel("cpu", "--vae-attention"); }), ErrorCode::kInvalidArgument);
+  for (ops::AttentionKernel k : {ops::AttentionKernel::kHopper, ops::AttentionKernel::kMma}) {
+    const VideoVaeConfig c = small_config();
+    video_vae::VideoVaeOptions opt;
+    opt.attention = k;
+    try {
+      (void)video_vae::VideoVae::from_weights(c, video_vae::random_video_vae_weights(c, 7, {}), opt);
+      ADD_FAILURE() << ops::attention_kernel_name(k) << " accepted on the CPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find(std::string("attention kernel '") + ops::attention_kernel_name(k) +
+                                           "' is not available on cpu"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   const video_vae::Posterior p = video_vae::posterior_from_moments(Tensor::zeros({1, 8, 1, 2, 2}, DType::kF32));
   EXPECT_EQ(code_of([&] { video_vae::posterior_sample(p, Tensor::zeros({1, 4, 2, 2, 2}, DType::kF32)); }),
             ErrorCode::kInvalidArgument);

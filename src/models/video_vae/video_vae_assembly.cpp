@@ -28,6 +28,7 @@ float round_to(float v, DType dtype) {
 bool fused_assembly_enabled() { return switch_on("H3_VAE_FUSED_ASSEMBLY"); }
 bool device_uint8_enabled() { return switch_on("H3_VAE_DEVICE_UINT8"); }
 bool fused_residual_enabled() { return switch_on("H3_VAE_FUSED_RESIDUAL"); }
+bool fused_stitch_enabled() { return switch_on("H3_VAE_FUSED_STITCH"); }
 
 void blend_weights(int64_t e, DType dtype, std::vector<float>* wa, std::vector<float>* wb) {
   wa->assign(static_cast<size_t>(std::max<int64_t>(e, 0)), 0.0f);

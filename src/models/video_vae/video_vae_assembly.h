@@ -11,6 +11,8 @@
 //   H3_VAE_DEVICE_UINT8=0    decoded_to_uint8() converts on the host again.
 //   H3_VAE_FUSED_RESIDUAL=0  the decoder's LayerScale residual (x + scale * branch) takes the op
 //                            composition on CUDA again instead of one bit-identical kernel.
+//   H3_VAE_FUSED_STITCH=0    a window's tiles are stitched by the op composition (stitch_tiles)
+//                            on CUDA again instead of one bit-identical kernel.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@ namespace h3::video_vae {
 bool fused_assembly_enabled();
 bool device_uint8_enabled();
 bool fused_residual_enabled();
+bool fused_stitch_enabled();
 
 // The cross-fade weights of blend() for an overlap of e frames in `dtype`: wb[p] = r(p/e),
 // wa[p] = r(1 - wb[p]), r rounding to dtype.

@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "models/video_vae/video_vae_assembly.h"
 #include "ops/cuda/vae_assemble.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 
 namespace h3::video_vae {
@@ -105,8 +106,8 @@ class StageClock {
 }  // namespace
 
 Tensor decoder_forward(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd, const Tensor& z,
-                       DecoderProfile* profile) {
-  return decoder_forward_batch(c, wt, gd, {z}, profile)[0];
+                       DecoderProfile* profile, const DecoderAttention& attention) {
+  return decoder_forward_batch(c, wt, gd, {z}, profile, attention)[0];
 }
 
 int64_t decoder_activation_bytes(const VideoVaeConfig& c, DType gd, int64_t rows) {
@@ -118,7 +119,8 @@ int64_t decoder_activation_bytes(const VideoVaeConfig& c, DType gd, int64_t rows
 }
 
 std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd,
-                                          const std::vector<Tensor>& tiles, DecoderProfile* profile) {
+                                          const std::vector<Tensor>& tiles, DecoderProfile* profile,
+                                          const DecoderAttention& attention) {
   H3_CHECK(!tiles.empty(), ErrorCode::kInvalidArgument, "video VAE decoder: no tiles to decode");
   const int64_t width = c.decoder_width();
   const int64_t heads = c.decoder_num_attention_heads, hd = c.decoder_attention_head_dim;
@@ -165,43 +167,69 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
   const Tensor cos = as_dtype(cos_all.to(dev), gd), sin = as_dtype(sin_all.to(dev), gd);
   ops::AttentionParams ap;
   if (tiles.size() > 1) ap.cu_seqlens = cu;  // one tile: the plain dense call, as before batching
+  ap.kernel = attention.kernel;
+  bool report = attention.used != nullptr;
   // The GEMMs over the stacked rows keep the tiles apart (ops::linear_segmented): on the CPU each
   // tile's rows go through the very GEMM call its own forward makes, so a batch decodes every tile
   // bit for bit as alone, whatever kernel the BLAS would pick for the larger row count.
   auto linear = [&cu](const Tensor& in, const Tensor& w, const Tensor& b) {
     return ops::linear_segmented(in, w, &b, cu);
   };
+  // A block projection, on the FP8 tensor cores when its weight is E4M3 (--vae-dtype fp8; rows
+  // quantized per token, which keeps the tiles apart too); `xq` carries the quantized input from
+  // one projection of the same input to the next (q, k and v).
+  auto project = [&linear](const Tensor& in, ops::Fp8Activation& xq, const Tensor& w, const Tensor& scale,
+                           const Tensor& b) {
+    if (w.dtype() == DType::kF8E4M3) return ops::linear_projection(in, xq, w, scale, &b);
+    return linear(in, w, b);
+  };
   clock.lap(&DecoderProfile::other_s);
 
-  for (const DecoderBlockWeights& b : wt.blocks) {
+  // Each block's first norm comes from the previous block's last residual (one pass for both).
+  Tensor n1;
+  for (size_t li = 0; li < wt.blocks.size(); ++li) {
+    const DecoderBlockWeights& b = wt.blocks[li];
     // Attention branch: RMSNorm in float32, q/k/v in the GEMM dtype, per-head q/k RMSNorm (no
     // affine) and partial RoPE, dense attention per tile, output projection, LayerScale.
-    const Tensor n1 = as_dtype(ops::rms_norm(x, &b.norm1, eps), gd);
+    if (li == 0) n1 = as_dtype(ops::rms_norm(x, &b.norm1, eps), gd);
     clock.lap(&DecoderProfile::norm_s);
-    Tensor q = linear(n1, b.q_w, b.q_b).view({n, heads, hd});
-    Tensor k = linear(n1, b.k_w, b.k_b).view({n, heads, hd});
-    const Tensor v = linear(n1, b.v_w, b.v_b).view({n, heads, hd});
+    ops::Fp8Activation n1q, oq, n2q, actq;
+    Tensor q = project(n1, n1q, b.q_w, b.q_s, b.q_b).view({n, heads, hd});
+    Tensor k = project(n1, n1q, b.k_w, b.k_s, b.k_b).view({n, heads, hd});
+    const Tensor v = project(n1, n1q, b.v_w, b.v_s, b.v_b).view({n, heads, hd});
     clock.lap(&DecoderProfile::gemm_s);
     q = ops::qk_norm_rope(q, nullptr, eps, cos, sin, rot);
     k = ops::qk_norm_rope(k, nullptr, eps, cos, sin, rot);
     clock.lap(&DecoderProfile::norm_s);
+    if (report) {  // every layer's q/k/v share one shape and layout: the first answers for all
+      *attention.used = ops::attention_kernel_for(q, k, v, ap);
+      report = false;
+    }
     const Tensor o = ops::attention(q, k, v, ap).view({n, width});
     clock.lap(&DecoderProfile::attention_s);
-    const Tensor attn = linear(o, b.out_w, b.out_b);
+    const Tensor attn = project(o, oq, b.out_w, b.out_s, b.out_b);
     clock.lap(&DecoderProfile::gemm_s);
-    x = layerscale_residual(x, attn, b.scale1);
-    clock.lap(&DecoderProfile::other_s);
-    // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
-    const Tensor n2 = as_dtype(ops::rms_norm(x, &b.norm2, eps), gd);
+    // LayerScale residual and the feed-forward pre-norm (float32, then the GEMM dtype).
+    ops::ResidualNorm rn = ops::layerscale_residual_rms_norm(x, attn, b.scale1, &b.norm2, eps, gd);
+    x = std::move(rn.x);
+    const Tensor n2 = std::move(rn.normed);
     clock.lap(&DecoderProfile::norm_s);
-    const Tensor up = linear(n2, b.ff_in_w, b.ff_in_b);
+    // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
+    const Tensor up = project(n2, n2q, b.ff_in_w, b.ff_in_s, b.ff_in_b);
     clock.lap(&DecoderProfile::gemm_s);
     const Tensor act = ops::swiglu(up);
     clock.lap(&DecoderProfile::other_s);
-    const Tensor ff = linear(act, b.ff_out_w, b.ff_out_b);
+    const Tensor ff = project(act, actq, b.ff_out_w, b.ff_out_s, b.ff_out_b);
     clock.lap(&DecoderProfile::gemm_s);
-    x = layerscale_residual(x, ff, b.scale2);
-    clock.lap(&DecoderProfile::other_s);
+    if (li + 1 < wt.blocks.size()) {
+      rn = ops::layerscale_residual_rms_norm(x, ff, b.scale2, &wt.blocks[li + 1].norm1, eps, gd);
+      x = std::move(rn.x);
+      n1 = std::move(rn.normed);
+      clock.lap(&DecoderProfile::norm_s);
+    } else {
+      x = layerscale_residual(x, ff, b.scale2);
+      clock.lap(&DecoderProfile::other_s);
+    }
   }
 
   const Tensor normed = ops::layer_norm(x, &wt.norm_out_w, &wt.norm_out_b, eps);

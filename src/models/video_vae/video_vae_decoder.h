@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "models/video_vae/video_vae_config.h"
 #include "models/video_vae/video_vae_weights.h"
+#include "ops/ops.h"
 
 namespace h3::video_vae {
 
@@ -39,10 +40,17 @@ struct DecoderProfile {
   int64_t rows = 0;        // token rows summed over calls
 };
 
+// The attention kernel a forward asks for (ops::AttentionParams::kernel; kAuto: the fastest that
+// takes the decoder's q/k/v) and, when `used` is set, where to write the one it ran.
+struct DecoderAttention {
+  ops::AttentionKernel kernel = ops::AttentionKernel::kAuto;
+  ops::AttentionKernel* used = nullptr;
+};
+
 // z [latent, t, h, w] (float, one batch item, any device) -> pixels [out, t*pt, h*ps, w*ps] in
 // `gemm_dtype` (the decoder's output dtype: float32, or float16 under the autocast policy).
 Tensor decoder_forward(const VideoVaeConfig& config, const DecoderWeights& weights, DType gemm_dtype,
-                       const Tensor& z, DecoderProfile* profile = nullptr);
+                       const Tensor& z, DecoderProfile* profile = nullptr, const DecoderAttention& attention = {});
 
 // Several tiles in one forward: the token rows of every tile (each with its own registers, zero
 // token and window-relative RoPE) are stacked, every row-wise op runs once over all of them, and
@@ -54,7 +62,8 @@ Tensor decoder_forward(const VideoVaeConfig& config, const DecoderWeights& weigh
 // Tiles may differ in size.
 std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& config, const DecoderWeights& weights,
                                           DType gemm_dtype, const std::vector<Tensor>& tiles,
-                                          DecoderProfile* profile = nullptr);
+                                          DecoderProfile* profile = nullptr,
+                                          const DecoderAttention& attention = {});
 
 // Bytes of activations one decoder forward of `rows` token rows keeps alive at its peak, an upper
 // estimate used to size tile batches (float32 stream plus the GEMM-dtype FFN and attention inputs).

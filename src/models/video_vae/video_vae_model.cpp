@@ -10,6 +10,7 @@
 #include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_encoder.h"
+#include "ops/cuda/vae_assemble.h"
 #include "ops/ops.h"
 
 namespace h3::video_vae {
@@ -91,7 +92,22 @@ VaePrecision parse_precision(const std::string& text) {
        "' (expected f32 or f16-autocast)");
 }
 
+namespace {
+// Refuses options the device cannot honour before anything is read.
+void check_options(const VideoVaeOptions& o) {
+  H3_CHECK(ops::attention_kernel_available(o.attention, o.device), ErrorCode::kUnsupported,
+           "video VAE: attention kernel '", ops::attention_kernel_name(o.attention), "' is not available on ",
+           o.device.str(),
+           o.device.is_cpu() ? " (the CPU has one attention kernel; name kernels only on CUDA)"
+                             : " (hopper needs a compute capability 9.0 GPU and a build with sm_90a kernels)");
+  H3_CHECK(!o.decoder_fp8 || o.precision == VaePrecision::kF16Autocast, ErrorCode::kInvalidArgument,
+           "video VAE: FP8 decoder weights (--vae-dtype fp8) go with the f16-autocast policy, not ",
+           precision_name(o.precision));
+}
+}  // namespace
+
 VideoVae VideoVae::load(const std::string& component_dir, const VideoVaeOptions& options) {
+  check_options(options);
   namespace fs = std::filesystem;
   H3_CHECK(fs::is_directory(component_dir), ErrorCode::kNotFound, "video VAE folder ", component_dir,
            " does not exist");
@@ -107,12 +123,14 @@ VideoVaeWeightPolicy policy_of(const VideoVaeOptions& o) {
   p.decoder_gemm_dtype = o.precision == VaePrecision::kF16Autocast ? DType::kF16 : DType::kF32;
   p.load_encoder = o.load_encoder;
   p.load_decoder = o.load_decoder;
+  p.decoder_fp8 = o.decoder_fp8;
   return p;
 }
 }  // namespace
 
 VideoVae VideoVae::from_checkpoint(const VideoVaeConfig& config, const io::Checkpoint& ckpt,
                                    const VideoVaeOptions& options) {
+  check_options(options);
   return from_weights(config, load_video_vae_weights(config, ckpt, policy_of(options)), options);
 }
 
@@ -120,6 +138,7 @@ VideoVae VideoVae::from_weights(const VideoVaeConfig& config, VideoVaeWeights we
                                 const VideoVaeOptions& options) {
   config.validate("video VAE config");
   options.tiles.validate(config.spatial_ratio());
+  check_options(options);
   VideoVae m;
   m.config_ = config;
   m.options_ = options;
@@ -217,9 +236,10 @@ Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const
            "video VAE: the decoder was not loaded (load_decoder = false)");
   const DType gd = decoder_dtype();
   DecoderProfile* dp = profile ? &profile->decoder : nullptr;
+  const DecoderAttention attn{options_.attention, &attention_used_};
   if (!options_.use_tiling) {
     if (profile) profile->tile_batch = std::max<int64_t>(profile->tile_batch, 1);
-    return decoder_forward(config_, weights_.decoder, gd, z, dp);
+    return decoder_forward(config_, weights_.decoder, gd, z, dp, attn);
   }
   const int64_t r = config_.spatial_ratio();
   const int64_t h = z.size(2), w = z.size(3);
@@ -249,13 +269,21 @@ Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const
   for (int64_t b0 = 0; b0 < count; b0 += per_batch) {
     const int64_t b1 = std::min(count, b0 + per_batch);
     if (b1 - b0 == 1) {
-      decoded.push_back(decoder_forward(config_, weights_.decoder, gd, flat[b0], dp));
+      decoded.push_back(decoder_forward(config_, weights_.decoder, gd, flat[b0], dp, attn));
       continue;
     }
     const std::vector<Tensor> part(flat.begin() + b0, flat.begin() + b1);
-    for (Tensor& t : decoder_forward_batch(config_, weights_.decoder, gd, part, dp)) decoded.push_back(std::move(t));
+    for (Tensor& t : decoder_forward_batch(config_, weights_.decoder, gd, part, dp, attn)) decoded.push_back(std::move(t));
   }
   ScopedSeconds timing(profile ? &profile->stitch_s : nullptr, options_.device);
+  // On CUDA one kernel writes the stitched window (bit for bit the composition below, which made
+  // dozens of small launches and host-to-device weight copies per tile).
+  if (options_.device.is_cuda() && fused_stitch_enabled() &&
+      static_cast<int64_t>(decoded.size()) <= ops::cuda::kVaeStitchMaxTiles) {
+    for (Tensor& t : decoded) t = contiguous_on_device(t);
+    return ops::cuda::vae_stitch_tiles(decoded, static_cast<int64_t>(ny), static_cast<int64_t>(nx), ya.overlaps,
+                                       xa.overlaps);
+  }
   std::vector<std::vector<Tensor>> rows(ny);
   for (size_t i = 0; i < ny; ++i)
     rows[i].assign(decoded.begin() + static_cast<int64_t>(i * nx), decoded.begin() + static_cast<int64_t>((i + 1) * nx));

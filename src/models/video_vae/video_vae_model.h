@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
@@ -24,6 +25,7 @@
 #include "models/video_vae/video_vae_decoder.h"
 #include "models/video_vae/video_vae_tiling.h"
 #include "models/video_vae/video_vae_weights.h"
+#include "ops/ops.h"
 
 namespace h3::video_vae {
 
@@ -44,6 +46,14 @@ struct VideoVaeOptions {
   // the CPU and on CUDA as many as fit a bounded activation budget; N >= 1: at most N. The
   // environment variable H3_VAE_TILE_BATCH=N overrides it (1 restores tile-at-a-time decoding).
   int64_t tile_batch = 0;
+  // The decoder's attention kernel (h3 generate / h3 bench vae --vae-attention); a kernel asked
+  // for by name that the device lacks is refused when the model is built, one the decoder's
+  // inputs do not fit (e.g. hopper under the f32 policy) at the first decode.
+  ops::AttentionKernel attention = ops::AttentionKernel::kAuto;
+  // --vae-dtype fp8 (opt-in, f16-autocast policy only): the decoder blocks' projections as E4M3
+  // weights with per-channel scales and activations quantized per token (VideoVaeWeightPolicy::
+  // decoder_fp8); everything else as the policy says.
+  bool decoder_fp8 = false;
 };
 
 // Where a decode spent its time (h3 bench vae --profile): the decoder's stages plus the spatial
@@ -77,6 +87,8 @@ class VideoVae {
   DType decoder_dtype() const;
   // Changes the tile geometry (the reference's enable_tiling / disable_tiling).
   void set_tiling(bool enabled, const TileSettings& tiles);
+  // The attention kernel the last decode ran (kAuto before the first), for the receipt.
+  ops::AttentionKernel attention_used() const { return attention_used_; }
 
   // ---- encode (§2.5), always float32 ----
   // x [B, 3, F, H, W] ImageNet-normalized pixels (normalize_pixels) -> moments
@@ -121,6 +133,9 @@ class VideoVae {
   VideoVaeConfig config_;
   VideoVaeOptions options_;
   VideoVaeWeights weights_;
+  // Written by decodes (a const operation); decodes of one model never run concurrently, since
+  // they share its device stream and weights.
+  mutable ops::AttentionKernel attention_used_ = ops::AttentionKernel::kAuto;
 };
 
 // ---- pixels and posterior (§2.2, §2.4; pipeline facts 6 and 9) ---------------------------------
@@ -129,6 +144,10 @@ class VideoVae {
 Tensor normalize_pixels(const Tensor& pixels);
 // Decoder output (ImageNet-normalized, any float dtype) -> float32 x*s + m clamped to [0, 1].
 Tensor denormalize_pixels(const Tensor& decoded);
+// Per-frame PSNR in dB (peak 1) between two decodes [B, 3, F, H, W] (decoder output, any device),
+// compared as the pixels in [0, 1] they give (denormalize_pixels); +inf where a frame is equal.
+// How --vae-dtype fp8 is judged against the f16-autocast decode.
+std::vector<double> frame_psnr(const Tensor& decoded, const Tensor& reference);
 // [B, 3, F, H, W] in [0, 1] -> uint8 frames [B, F, H, W, 3] = round(x*255) (half to even, as torch).
 Tensor frames_to_uint8(const Tensor& pixels01);
 // frames_to_uint8(denormalize_pixels(decoded)), bit for bit, as uint8 frames on the host; CUDA input

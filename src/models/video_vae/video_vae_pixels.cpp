@@ -3,6 +3,7 @@
 // once, in the order and precision the reference uses.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/status.h"
 #include "models/video_vae/video_vae_assembly.h"
@@ -64,6 +65,31 @@ Tensor denormalize_pixels(const Tensor& decoded) {
         d[off + i] = std::isnan(v) ? v : std::clamp(v, 0.0f, 1.0f);
       }
     }
+  }
+  return out;
+}
+
+std::vector<double> frame_psnr(const Tensor& decoded, const Tensor& reference) {
+  check_rgb(decoded, "frame_psnr");
+  H3_CHECK(decoded.shape() == reference.shape(), ErrorCode::kInvalidArgument, "frame_psnr: ", decoded.desc(),
+           " against ", reference.desc(), " (expected one shape)");
+  const Tensor a = denormalize_pixels(decoded), b = denormalize_pixels(reference);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  const int64_t items = a.size(0), frames = a.size(2), plane = a.size(3) * a.size(4);
+  std::vector<double> out(static_cast<size_t>(frames));
+  for (int64_t f = 0; f < frames; ++f) {
+    double se = 0.0;
+    for (int64_t bi = 0; bi < items; ++bi)
+      for (int64_t c = 0; c < 3; ++c) {
+        const int64_t off = ((bi * 3 + c) * frames + f) * plane;
+        for (int64_t i = 0; i < plane; ++i) {
+          const double d = static_cast<double>(pa[off + i]) - pb[off + i];
+          se += d * d;
+        }
+      }
+    const double mse = se / static_cast<double>(items * 3 * plane);
+    out[static_cast<size_t>(f)] = mse > 0.0 ? 10.0 * std::log10(1.0 / mse) : std::numeric_limits<double>::infinity();
   }
   return out;
 }

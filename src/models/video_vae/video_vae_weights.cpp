@@ -1,13 +1,17 @@
 #include "models/video_vae/video_vae_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <thread>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "io/device_loader.h"
 #include "models/schema.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 
 namespace h3::video_vae {
@@ -36,6 +40,12 @@ class Builder {
     H3_CHECK(t.shape() == shape, ErrorCode::kInvalidFile, "video VAE weight '", name, "' has shape ",
              shape_str(t.shape()), ", expected ", shape_str(shape));
     if (t.device().is_cuda()) return t.dtype() == dtype ? t : ops::cast(t, dtype);  // streamed
+    // Host tensors (random weights) go up first and narrow there: the same rounding, without a
+    // single-threaded host pass over every weight.
+    if (policy_.device.is_cuda()) {
+      const Tensor d = t.to(policy_.device);
+      return d.dtype() == dtype ? d : ops::cast(d, dtype);
+    }
     return t.to(dtype).to(policy_.device);
   }
   const Source& src_;
@@ -107,6 +117,15 @@ VideoVaeWeights build(const VideoVaeConfig& c, const Source& src, const VideoVae
       bw.ff_out_w = b.gemm(p + "ff.net.2.weight", {width, ff});
       bw.ff_out_b = b.gemm(p + "ff.net.2.bias", {width});
       bw.scale2 = b.f32(p + "scale2", {width});
+      if (policy.decoder_fp8) {
+        // Block by block, so the float copies of one block are released before the next loads.
+        ops::quantize_projection_fp8(bw.q_w, bw.q_s);
+        ops::quantize_projection_fp8(bw.k_w, bw.k_s);
+        ops::quantize_projection_fp8(bw.v_w, bw.v_s);
+        ops::quantize_projection_fp8(bw.out_w, bw.out_s);
+        ops::quantize_projection_fp8(bw.ff_in_w, bw.ff_in_s);
+        ops::quantize_projection_fp8(bw.ff_out_w, bw.ff_out_s);
+      }
       d.blocks.push_back(std::move(bw));
     }
     d.norm_out_w = b.f32("decoder.norm_out.weight", {width});
@@ -189,7 +208,8 @@ VideoVaeWeights random_video_vae_weights(const VideoVaeConfig& config, uint64_t 
     Tensor t = Tensor::empty(shape, DType::kF32);
     float* p = t.data<float>();
     const int64_t n = t.numel();
-    uint64_t state = name_hash(name) ^ (seed * 0x2545f4914f6cdd1dull);
+    const uint64_t state0 = name_hash(name) ^ (seed * 0x2545f4914f6cdd1dull);
+    uint64_t state = state0;
     auto uniform = [&state]() {  // [-1, 1)
       return static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
     };
@@ -205,7 +225,21 @@ VideoVaeWeights random_video_vae_weights(const VideoVaeConfig& config, uint64_t 
       for (size_t d = 1; d < shape.size(); ++d) fan_in *= shape[d];
       if (ends_with(name, "register_tokens")) fan_in = 1;
       const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in)));
-      for (int64_t i = 0; i < n; ++i) p[i] = bound * uniform();
+      // splitmix64 steps its state by a constant, so value i follows from state0 + i steps: large
+      // matrices (the released decoder has 2.4 G weights) are filled by several threads, same values.
+      const int64_t parts = n >= (int64_t{1} << 22) ? std::max(1u, std::thread::hardware_concurrency()) : 1;
+      std::vector<std::thread> pool;
+      for (int64_t part = 0; part < parts; ++part) {
+        const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
+        auto fill = [=] {
+          uint64_t st = state0 + static_cast<uint64_t>(lo) * 0x9e3779b97f4a7c15ull;
+          for (int64_t i = lo; i < hi; ++i)
+            p[i] = bound * static_cast<float>(static_cast<double>(splitmix64(st) >> 11) * 0x1.0p-52 - 1.0);
+        };
+        if (parts == 1) fill();
+        else pool.emplace_back(fill);
+      }
+      for (std::thread& th : pool) th.join();
     }
     return t;
   };
@@ -242,7 +276,8 @@ uint64_t video_vae_weight_bytes(const VideoVaeWeights& w) {
     for (const auto& b : d.blocks) {
       for (const Tensor* t : {&b.norm1, &b.q_w, &b.q_b, &b.k_w, &b.k_b, &b.v_w, &b.v_b, &b.out_w,
                               &b.out_b, &b.scale1, &b.norm2, &b.ff_in_w, &b.ff_in_b, &b.ff_out_w,
-                              &b.ff_out_b, &b.scale2})
+                              &b.ff_out_b, &b.scale2, &b.q_s, &b.k_s, &b.v_s, &b.out_s, &b.ff_in_s,
+                              &b.ff_out_s})
         add(*t);
     }
   }

@@ -57,6 +57,9 @@ struct DecoderBlockWeights {
   Tensor ff_in_w, ff_in_b;  // [2*ffn, width], rows [value | gate]
   Tensor ff_out_w, ff_out_b;
   Tensor scale2;
+  // Per-output-channel scales of the six projections when they are held in FP8 (E4M3 *_w;
+  // VideoVaeWeightPolicy::decoder_fp8); undefined otherwise.
+  Tensor q_s, k_s, v_s, out_s, ff_in_s, ff_out_s;
 };
 
 struct DecoderWeights {
@@ -80,6 +83,10 @@ struct VideoVaeWeightPolicy {
   DType decoder_gemm_dtype = DType::kF32;  // kF16 for the reference's CUDA autocast policy
   bool load_encoder = true;
   bool load_decoder = true;
+  // --vae-dtype fp8: each decoder block's q/k/v/out and feed-forward weights quantized to E4M3
+  // with one scale per output channel (ops/fp8.h), from the policy's GEMM dtype, as each block is
+  // built. The small GEMMs at the ends (post_quant_conv, proj_in, proj_out) stay in that dtype.
+  bool decoder_fp8 = false;
 };
 
 // Loads the tensors of the requested parts from `ckpt`. The checkpoint is first checked against

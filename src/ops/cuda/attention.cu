@@ -460,14 +460,76 @@ bool aligned16(const Tensor& t) {
 
 }  // namespace
 
-AttentionPath attention_path(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) {
+namespace {
+
+// Whether the mma.sync flash kernel takes these inputs (whatever H3_ATTN_GENERIC says).
+bool flash_fits(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) {
   const int64_t d = q.size(2);
   const bool half = q.dtype() == DType::kBF16 || q.dtype() == DType::kF16;
   const bool dims = d == 16 || d == 32 || d == 64 || d == 128;
   const bool layout = q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && aligned16(q) &&
                       aligned16(k) && aligned16(v) && k.dtype() == q.dtype() && v.dtype() == q.dtype();
-  if (half && dims && !mask && layout && !env_flag("H3_ATTN_GENERIC")) return AttentionPath::kFlash;
+  return half && dims && !mask && layout;
+}
+
+// q/k/v as the kernels read them: k and v in q's dtype, the last dim dense.
+struct Prepared {
+  Tensor q, k, v;
+};
+Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v) {
+  auto prep = [&](const Tensor& t) {
+    Tensor r = t.dtype() == q.dtype() ? t : cast(t, q.dtype());
+    if (r.stride(2) != 1) r = copy(r);
+    return r;
+  };
+  return {prep(q), prep(k), prep(v)};
+}
+
+// The kernel for prepared inputs: ap.kernel when it takes them (else a clear error), or the
+// fastest one that does.
+AttentionKernel choose_kernel(const Prepared& in, const AttentionParams& ap, const Tensor* mask) {
+  const Tensor &q = in.q, &k = in.k, &v = in.v;
+  const bool flash = flash_fits(q, k, v, mask);
+  const std::string shapes = "q " + shape_str(q.shape()) + " " + dtype_name(q.dtype()) + ", k " +
+                             shape_str(k.shape()) + (ap.causal ? ", causal" : "") + (mask ? ", masked" : "");
+  switch (ap.kernel) {
+    case AttentionKernel::kAuto:
+      if (flash && env_int("H3_ATTN_VARIANT", 0) == 0 && !env_flag("H3_ATTN_GENERIC") &&
+          hopper_attention_eligible(q, k, v, ap.causal, mask)) {
+        return AttentionKernel::kHopper;
+      }
+      return flash && !env_flag("H3_ATTN_GENERIC") ? AttentionKernel::kMma : AttentionKernel::kGeneric;
+    case AttentionKernel::kHopper:
+      H3_CHECK(flash && hopper_attention_fits(q, k, v, ap.causal, mask), ErrorCode::kUnsupported,
+               "ops::attention: the hopper kernel does not take these inputs (it needs a compute capability 9.0 "
+               "GPU with the sm_90a kernels built in, f16/bf16, head dim 64 or 128, no mask, not causal, rows "
+               "16-byte aligned); got ", shapes, " on ", q.device().str());
+      return AttentionKernel::kHopper;
+    case AttentionKernel::kMma:
+      H3_CHECK(flash, ErrorCode::kUnsupported,
+               "ops::attention: the mma kernel does not take these inputs (it needs f16/bf16, head dim 16, 32, 64 or "
+               "128, no mask, rows 16-byte aligned); got ", shapes);
+      return AttentionKernel::kMma;
+    case AttentionKernel::kGeneric:
+      return AttentionKernel::kGeneric;
+    case AttentionKernel::kCpu:
+      break;
+  }
+  fail(ErrorCode::kInvalidArgument, "ops::attention: kernel '", attention_kernel_name(ap.kernel),
+       "' asked for on ", q.device().str());
+}
+
+}  // namespace
+
+AttentionPath attention_path(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) {
+  if (flash_fits(q, k, v, mask) && !env_flag("H3_ATTN_GENERIC")) return AttentionPath::kFlash;
   return AttentionPath::kGeneric;
+}
+
+AttentionKernel attention_kernel_for(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& ap,
+                                     const Tensor* mask) {
+  set_device_of(q);
+  return choose_kernel(prepare(q, k, v), ap, mask);
 }
 
 Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionParams& ap,
@@ -504,12 +566,9 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
   }
   set_device_of(q_in);
   // Mixed dtypes are brought to q's; strided views are used as they are when the last dim is dense.
-  auto prep = [&](const Tensor& t) {
-    Tensor r = t.dtype() == dt ? t : cast(t, dt);
-    if (r.stride(2) != 1) r = copy(r);
-    return r;
-  };
-  const Tensor q = prep(q_in), k = prep(k_in), v = prep(v_in);
+  const Prepared in = prepare(q_in, k_in, v_in);
+  const Tensor &q = in.q, &k = in.k, &v = in.v;
+  const AttentionKernel kernel = choose_kernel(in, ap, mask);
   const Tensor m = mask ? as_dtype(*mask, DType::kF32) : Tensor();
   Tensor out = Tensor::empty(q.shape(), dt, q.device());
   if (out.numel() == 0) return out;
@@ -539,14 +598,11 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
   p.dtype_code = dtype_code(dt);
   H3_CHECK(p.hq <= 65535, ErrorCode::kUnsupported, "ops::attention: ", p.hq, " heads in one launch");
 
-  if (attention_path(q, k, v, mask) == AttentionPath::kFlash) {
+  if (kernel == AttentionKernel::kHopper) {
+    hopper_attention(q, k, v, out, p.scale, cu);
+  } else if (kernel == AttentionKernel::kMma) {
+    // H3_ATTN_VARIANT picks a benchmark variant of the mma.sync kernel (and rules out the Hopper one).
     const int variant = env_int("H3_ATTN_VARIANT", 0);
-    // Hopper: the wgmma/TMA kernel (attention_hopper.cu) unless H3_ATTN_HOPPER=0 or a benchmark
-    // variant of the mma.sync kernel is asked for.
-    if (variant == 0 && hopper_attention_eligible(q, k, v, ap.causal, mask)) {
-      hopper_attention(q, k, v, out, p.scale, cu);
-      return out;
-    }
     if (dt == DType::kBF16) {
       dispatch_flash<__nv_bfloat16>(p, cu, q.device(), variant);
     } else {

@@ -53,17 +53,24 @@ bool strides_fit(const Tensor& t) {
 
 }  // namespace
 
-bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask) {
-  const char* env = std::getenv("H3_ATTN_HOPPER");
-  if (env && std::strcmp(env, "0") == 0) return false;
+bool hopper_attention_available(int index) { return hopper_kernels_available(index); }
+
+bool hopper_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask) {
   const DType dt = q.dtype();
   if (mask || causal || (dt != DType::kBF16 && dt != DType::kF16)) return false;
   if (k.dtype() != dt || v.dtype() != dt || q.dim() != 3 || k.dim() != 3 || v.dim() != 3) return false;
-  if (q.size(2) != hopper::kHeadDim || k.size(2) != hopper::kHeadDim || v.size(2) != hopper::kHeadDim) return false;
+  const int64_t d = q.size(2);
+  if ((d != 64 && d != 128) || k.size(2) != d || v.size(2) != d) return false;
   if (!strides_fit(q) || !strides_fit(k) || !strides_fit(v)) return false;
   // A tensor map needs every dimension non-empty; the caller handles an empty q.
   if (k.size(0) == 0 || k.size(1) == 0 || q.size(0) == 0) return false;
   return hopper_kernels_available(q.device().index);
+}
+
+bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask) {
+  const char* env = std::getenv("H3_ATTN_HOPPER");
+  if (env && std::strcmp(env, "0") == 0) return false;
+  return hopper_attention_fits(q, k, v, causal, mask);
 }
 
 void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
@@ -87,6 +94,7 @@ void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   pb.hkv = static_cast<int>(k.size(1));
   pb.scale_log2 = scale * 1.4426950408889634f;
   pb.f16 = q.dtype() == DType::kF16;
+  pb.head_dim = static_cast<int>(q.size(2));
   // Block-diagonal batches: tiles of 128 query rows that never straddle a segment boundary.
   Tensor tiles;
   if (!cu_seqlens.empty()) {

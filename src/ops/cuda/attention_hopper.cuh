@@ -1,5 +1,5 @@
 // The Hopper (sm_90a) attention kernel as ops::attention uses it (attention_hopper_kernel.cuh has
-// the kernel itself): bf16/f16, head dim 128, no mask, not causal; grouped-query heads and
+// the kernel itself): bf16/f16, head dim 64 or 128, no mask, not causal; grouped-query heads and
 // block-diagonal batches (cu_seqlens) supported.
 #pragma once
 
@@ -16,9 +16,11 @@ namespace h3::ops::cuda {
 bool hopper_kernels_available(int device);
 
 // Whether the Hopper kernel takes these inputs: a compute capability 9.0 device with the sm_90a
-// kernel built in, bf16/f16 q/k/v of one dtype, head dim 128, dense last dim, row and head strides
-// in multiples of 8 elements on 16-byte aligned data, no mask, not causal, and H3_ATTN_HOPPER not
-// set to 0 (which restores the mma.sync flash kernel).
+// kernel built in, bf16/f16 q/k/v of one dtype, head dim 64 or 128, dense last dim, row and head
+// strides in multiples of 8 elements on 16-byte aligned data, no mask, not causal.
+bool hopper_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask);
+// hopper_attention_fits, unless H3_ATTN_HOPPER=0 (which restores the mma.sync flash kernel where
+// the kernel is picked automatically).
 bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask);
 
 // out = softmax(q k^T * scale) v per head and segment (cu_seqlens empty: one segment). out is

@@ -1,4 +1,4 @@
-// FlashAttention-3 style forward kernel for Hopper (sm_90a), bf16/f16, head dim 128, no mask.
+// FlashAttention-3 style forward kernel for Hopper (sm_90a), bf16/f16, head dim 128 or 64, no mask.
 // Self-contained (CUDA headers only) so the standalone harness bench/kernels/attn_hopper_bench.cu
 // can include it; attention_hopper.cu wraps it for ops::attention.
 //
@@ -19,6 +19,10 @@
 //   no faster).
 // Measured on the H200 at the DiT shape (37,966 rows, 56 heads): 65 ms, 636 TFLOP/s (PyTorch SDPA:
 // 72 ms; the mma.sync flash_fwd kernel: 162 ms).
+// Head dim 64 (the video VAE's ViT decoder: 32 heads, 1,797-row tiles) is the same kernel on
+// half-width tiles: S = Q K^T takes 4 k-steps and O = P V is m64n64, so each 128-key tile carries
+// half the tensor-core work for the same exponentials; the smaller tiles leave room for a fourth
+// stage of the K/V ring.
 // Block-diagonal batches (cu_seqlens) come as a tile list: a CTA reads keys [seg_start, kv_end)
 // and masks keys past kv_end in the last tile (the copy engine zero-fills rows past the tensor's
 // end; rows of the next segment are finite and masked). Grouped-query heads map query head h to
@@ -38,15 +42,26 @@ namespace h3::ops::cuda::hopper {
 
 constexpr int kRowsPerCta = 128;  // 2 consumer warpgroups x 64 rows
 constexpr int kKeysPerTile = 128;
-constexpr int kHeadDim = 128;
-// 3 stages (224 KiB of shared memory with Q) measured 65 ms against 74 ms with 2 at the DiT shape.
-constexpr int kStages = 3;
+constexpr int kHeadDim = 128;  // the DiT's (and VSA's); Geometry<64> is the video VAE decoder's
 constexpr int kThreads = 384;
-constexpr int kTileBytes = kKeysPerTile * kHeadDim * 2;  // one K or V tile, 32 KiB
-constexpr int kQBytes = kRowsPerCta * kHeadDim * 2;      // 32 KiB
-// Q, K and V stages, then the mbarriers; +1024 so the base can be rounded up to the 1024-byte
-// alignment the 128-byte swizzle pattern repeats on.
-constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 128 + 1024;
+
+// Shared-memory plan for head dim D. Tiles are stored as D / 64 column halves of 128-byte rows.
+template <int D>
+struct Geometry {
+  static_assert(D == 64 || D == 128, "the Hopper attention kernel takes head dim 64 or 128");
+  // 3 stages at D = 128 (224 KiB with Q) measured 65 ms against 74 ms with 2 at the DiT shape;
+  // D = 64 tiles are half the size, so a fourth stage fits in less than 3 stages take at 128.
+  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kTileBytes = kKeysPerTile * D * 2;  // one K or V tile
+  static constexpr int kQBytes = kRowsPerCta * D * 2;
+  // Q, K and V stages, then the mbarriers; +1024 so the base can be rounded up to the 1024-byte
+  // alignment the 128-byte swizzle pattern repeats on.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 128 + 1024;
+};
+constexpr int kStages = Geometry<kHeadDim>::kStages;
+constexpr int kTileBytes = Geometry<kHeadDim>::kTileBytes;
+constexpr int kQBytes = Geometry<kHeadDim>::kQBytes;
+constexpr int kSmemBytes = Geometry<kHeadDim>::kSmemBytes;
 
 // A block of query rows [q_start, q_end) of a segment starting at seg_start whose keys are
 // [seg_start, kv_end) (same layout as the tile list of attention.cu).
@@ -169,6 +184,22 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
                : H3_WGMMA_N128_OUT                                                                        \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
 
+// The m64n64k16 form (32 accumulators per thread): O = P V at head dim 64.
+#define H3_WGMMA_N64_D                                                                                    \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"   \
+  "%27,%28,%29,%30,%31}"
+#define H3_WGMMA_N64_OUT                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define H3_WGMMA_RS_N64(TYPE)                                                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " H3_WGMMA_N64_D             \
+               ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"                                              \
+               : H3_WGMMA_N64_OUT                                                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+
 template <typename T>
 struct Wgmma;
 template <>
@@ -182,6 +213,10 @@ struct Wgmma<__nv_bfloat16> {
   }
   static __device__ __forceinline__ void rs_k(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
     H3_WGMMA_RS_N128("bf16", 0);
+  }
+  // B MN-major (V) at head dim 64.
+  static __device__ __forceinline__ void rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    H3_WGMMA_RS_N64("bf16");
   }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -202,6 +237,10 @@ struct Wgmma<__half> {
   static __device__ __forceinline__ void rs_k(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
     H3_WGMMA_RS_N128("f16", 0);
   }
+  // B MN-major (V) at head dim 64.
+  static __device__ __forceinline__ void rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    H3_WGMMA_RS_N64("f16");
+  }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     uint32_t u;
@@ -210,13 +249,13 @@ struct Wgmma<__half> {
   }
 };
 
-// S = Q K^T for one warpgroup: 8 k-steps of 16 along the head dim. Q and K tiles are stored as
-// two 64-column halves ([half][rows][64], 128-byte rows, swizzled); a k-step inside a half moves
+// S = Q K^T for one warpgroup: D / 16 k-steps of 16 along the head dim. Q and K tiles are stored
+// as 64-column halves ([half][rows][64], 128-byte rows, swizzled); a k-step inside a half moves
 // the start address by 32 bytes, the next 8-row group is 1024 bytes on (stride byte offset).
-template <typename T>
+template <typename T, int D = kHeadDim>
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
-  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+  for (int ks = 0; ks < D / 16; ++ks) {
     const uint32_t off = (ks >> 2) * (kKeysPerTile * 128) + (ks & 3) * 32;
     const uint32_t q_off = (ks >> 2) * (kRowsPerCta * 128) + (ks & 3) * 32;
     Wgmma<T>::ss(s, make_desc(q_base + q_off, 16, 1024), make_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0);
@@ -226,13 +265,18 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_base, uint32
 // O += P V: 8 k-steps of 16 keys. V is [half][keys][64] with the head dim contiguous, read as an
 // MN-major operand: the next 64 columns of the head dim (leading byte offset) are one half on, the
 // next 8 keys (stride byte offset) 1024 bytes on; a k-step moves 16 rows = 2048 bytes.
-// kKeys: rows of the V tile (the block-sparse VSA kernel streams 64-row tiles).
-template <typename T, int kKeys = kKeysPerTile>
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kKeys / 4], uint32_t v_base) {
+// kKeys: rows of the V tile (the block-sparse VSA kernel streams 64-row tiles). At D = 64 the
+// whole head dim is one 128-byte swizzle atom wide, so the leading byte offset is never stepped.
+template <typename T, int kKeys = kKeysPerTile, int D = kHeadDim>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[kKeys / 4], uint32_t v_base) {
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-    Wgmma<T>::rs(o, a, make_desc(v_base + kk * 2048, kKeys * 128, 1024), 1);
+    if constexpr (D == 128) {
+      Wgmma<T>::rs(o, a, make_desc(v_base + kk * 2048, kKeys * 128, 1024), 1);
+    } else {
+      Wgmma<T>::rs64(o, a, make_desc(v_base + kk * 2048, kKeys * 128, 1024), 1);
+    }
   }
 }
 
@@ -240,12 +284,15 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kK
 
 }  // namespace detail
 
-template <typename T>
+template <typename T, int D = kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                             const __grid_constant__ CUtensorMap map_v, const KernelArgs args) {
 #ifdef H3_HOPPER_ATTN_DEVICE
   using namespace detail;
+  using G = Geometry<D>;
+  constexpr int kStages = G::kStages, kTileBytes = G::kTileBytes, kQBytes = G::kQBytes;
+  constexpr int kHalves = D / 64;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -289,19 +336,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x == 0) {
       mbar_expect_tx(bar_q, kQBytes);
-      tma_load_3d(sQ, &map_q, 0, tile.q_start, head, bar_q);
-      tma_load_3d(sQ + kQBytes / 2, &map_q, 64, tile.q_start, head, bar_q);
+      for (int h = 0; h < kHalves; ++h) tma_load_3d(sQ + h * (kQBytes / kHalves), &map_q, 64 * h, tile.q_start, head, bar_q);
       for (int j = 0; j < n_tiles; ++j) {
         const int st = j % kStages;
         if (j >= kStages) mbar_wait(bar_empty(st), ((j / kStages) - 1) & 1);
         const int row = kv_lo + j * kKeysPerTile;
         const uint32_t k_dst = sK + st * kTileBytes, v_dst = sV + st * kTileBytes;
         mbar_expect_tx(bar_k(st), kTileBytes);
-        tma_load_3d(k_dst, &map_k, 0, row, kv_head, bar_k(st));
-        tma_load_3d(k_dst + kTileBytes / 2, &map_k, 64, row, kv_head, bar_k(st));
+        for (int h = 0; h < kHalves; ++h) tma_load_3d(k_dst + h * (kTileBytes / kHalves), &map_k, 64 * h, row, kv_head, bar_k(st));
         mbar_expect_tx(bar_v(st), kTileBytes);
-        tma_load_3d(v_dst, &map_v, 0, row, kv_head, bar_v(st));
-        tma_load_3d(v_dst + kTileBytes / 2, &map_v, 64, row, kv_head, bar_v(st));
+        for (int h = 0; h < kHalves; ++h) tma_load_3d(v_dst + h * (kTileBytes / kHalves), &map_v, 64 * h, row, kv_head, bar_v(st));
       }
     }
   } else {
@@ -312,10 +356,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t q_base = sQ + cw * 64 * 128;
     const float sl2 = args.scale_log2;
 
-    float o[64], s[64];
+    float o[D / 2], s[64];
     uint32_t pa[32];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m_row[2] = {-INFINITY, -INFINITY};
     float l_row[2] = {0.0f, 0.0f};
 
@@ -363,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_tiles > 0) {
       mbar_wait(bar_k(0), 0);
       wgmma_fence();
-      issue_qk<T>(s, q_base, sK);
+      issue_qk<T, D>(s, q_base, sK);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
@@ -376,10 +420,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(o);
       fence_regs(pa);
       wgmma_fence();
-      issue_qk<T>(s, q_base, sK + st * kTileBytes);
+      issue_qk<T, D>(s, q_base, sK + st * kTileBytes);
       wgmma_commit();
       mbar_wait(bar_v(prev), ((j - 1) / kStages) & 1);
-      issue_pv<T>(o, pa, sV + prev * kTileBytes);
+      issue_pv<T, kKeysPerTile, D>(o, pa, sV + prev * kTileBytes);
       wgmma_commit();
       wgmma_wait<1>();
       fence_regs(s);
@@ -389,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(pa);
       mbar_arrive(bar_empty(prev));
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       to_operand();
     }
     if (n_tiles > 0) {
@@ -398,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(o);
       fence_regs(pa);
       wgmma_fence();
-      issue_pv<T>(o, pa, sV + last * kTileBytes);
+      issue_pv<T, kKeysPerTile, D>(o, pa, sV + last * kTileBytes);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
@@ -417,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (row >= tile.q_end) continue;
       T* ob = static_cast<T*>(args.o) + static_cast<int64_t>(row) * args.o_row + head * args.o_head;
 #pragma unroll
-      for (int nb = 0; nb < 16; ++nb) {
+      for (int nb = 0; nb < D / 8; ++nb) {
         const uint32_t v = Wgmma<T>::pack(o[4 * nb + 2 * r] * inv, o[4 * nb + 2 * r + 1] * inv);
         *reinterpret_cast<uint32_t*>(ob + nb * 8 + tq * 2) = v;
       }
@@ -444,12 +488,13 @@ struct Problem {
   bool f16;                // false: bf16
   const TileDesc* tiles;   // device tile list (block-diagonal batches) or null
   int n_tiles;             // entries of tiles
+  int head_dim = kHeadDim; // 128 or 64
 };
 
-// Rows of a [S, H, 128] view as a 3-D tensor map (head dim, rows, heads) with 64 x 128 x 1 boxes
+// Rows of a [S, H, D] view as a 3-D tensor map (head dim, rows, heads) with 64 x 128 x 1 boxes
 // and the 128-byte swizzle the wgmma descriptors expect (box_rows: rows per box, 128 by default).
 inline const char* make_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t heads, int64_t row_stride,
-                            int64_t head_stride, bool f16, int box_rows = kKeysPerTile) {
+                            int64_t head_stride, bool f16, int box_rows = kKeysPerTile, int head_dim = kHeadDim) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult res{};
@@ -461,7 +506,7 @@ inline const char* make_map(CUtensorMap* map, const void* ptr, int64_t rows, int
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (!encode) return "cuTensorMapEncodeTiled is not available from the driver";
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(rows),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(heads)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride) * 2, static_cast<cuuint64_t>(head_stride) * 2};
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
@@ -496,10 +541,12 @@ inline const char* launch(const Problem& pb, cudaStream_t stream) {
   if (pb.q_row % 8 || pb.k_row % 8 || pb.v_row % 8 || pb.q_head % 8 || pb.k_head % 8 || pb.v_head % 8) {
     return "strides are not multiples of 8 elements";
   }
+  if (pb.head_dim != 64 && pb.head_dim != 128) return "head dim is neither 64 nor 128";
   CUtensorMap mq, mk, mv;
-  if (const char* e = make_map(&mq, pb.q, pb.s_q, pb.hq, pb.q_row, pb.q_head, pb.f16)) return e;
-  if (const char* e = make_map(&mk, pb.k, pb.s_kv, pb.hkv, pb.k_row, pb.k_head, pb.f16)) return e;
-  if (const char* e = make_map(&mv, pb.v, pb.s_kv, pb.hkv, pb.v_row, pb.v_head, pb.f16)) return e;
+  const int d = pb.head_dim;
+  if (const char* e = make_map(&mq, pb.q, pb.s_q, pb.hq, pb.q_row, pb.q_head, pb.f16, kKeysPerTile, d)) return e;
+  if (const char* e = make_map(&mk, pb.k, pb.s_kv, pb.hkv, pb.k_row, pb.k_head, pb.f16, kKeysPerTile, d)) return e;
+  if (const char* e = make_map(&mv, pb.v, pb.s_kv, pb.hkv, pb.v_row, pb.v_head, pb.f16, kKeysPerTile, d)) return e;
   KernelArgs a{};
   a.o = pb.o;
   a.o_row = pb.o_row;
@@ -513,12 +560,19 @@ inline const char* launch(const Problem& pb, cudaStream_t stream) {
                                : static_cast<unsigned>((pb.s_q + kRowsPerCta - 1) / kRowsPerCta);
   if (gx == 0) return nullptr;
   const dim3 grid(gx, static_cast<unsigned>(pb.hq));
-  auto kernel = pb.f16 ? attention_hopper_kernel<__half> : attention_hopper_kernel<__nv_bfloat16>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
-    return "cudaFuncSetAttribute (shared memory) failed";
+  auto run = [&](auto kernel, int smem) -> const char* {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+      return "cudaFuncSetAttribute (shared memory) failed";
+    }
+    kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, a);
+    return nullptr;
+  };
+  if (d == 64) {
+    return pb.f16 ? run(attention_hopper_kernel<__half, 64>, Geometry<64>::kSmemBytes)
+                  : run(attention_hopper_kernel<__nv_bfloat16, 64>, Geometry<64>::kSmemBytes);
   }
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(mq, mk, mv, a);
-  return nullptr;
+  return pb.f16 ? run(attention_hopper_kernel<__half, 128>, Geometry<128>::kSmemBytes)
+                : run(attention_hopper_kernel<__nv_bfloat16, 128>, Geometry<128>::kSmemBytes);
 }
 
 }  // namespace h3::ops::cuda::hopper

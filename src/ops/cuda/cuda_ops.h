@@ -10,6 +10,10 @@ namespace h3::ops::cuda {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor* mask);
+AttentionKernel attention_kernel_for(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                                     const Tensor* mask);
+// Whether device `index` runs the Hopper attention kernel (compute capability 9.0, sm_90a build).
+bool hopper_attention_available(int index);
 Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps);
 Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps);
@@ -42,5 +46,7 @@ void copy_into(Tensor& dst, const Tensor& src);
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx);
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim);
+ResidualNorm layerscale_residual_rms_norm(const Tensor& x, const Tensor& branch, const Tensor& scale,
+                                          const Tensor* weight, float eps, DType norm_dtype);
 
 }  // namespace h3::ops::cuda

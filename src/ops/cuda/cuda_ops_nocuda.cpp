@@ -14,7 +14,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) { no_cuda("l
 Tensor matmul(const Tensor& a, const Tensor& b) { no_cuda("matmul"); }
 Tensor linear_residual(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear_residual"); }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor* mask) { no_cuda("attention"); }
+AttentionKernel attention_kernel_for(const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, const Tensor*) { no_cuda("attention"); }
+bool hopper_attention_available(int) { return false; }
 Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) { no_cuda("rms_norm"); }
+ResidualNorm layerscale_residual_rms_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor*, float, DType) { no_cuda("layerscale_residual_rms_norm"); }
 Tensor layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps) { no_cuda("layer_norm"); }
 Tensor group_norm(const Tensor& x, int groups, const Tensor* weight, const Tensor* bias, float eps) { no_cuda("group_norm"); }
 Tensor weight_norm(const Tensor& g, const Tensor& v) { no_cuda("weight_norm"); }

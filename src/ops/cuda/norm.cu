@@ -207,6 +207,49 @@ __global__ void qk_norm_rope_vec8_kernel(RowArgs a, int64_t heads, const void* c
   st8(a.out, a.ot, r * a.cols + c, v);
 }
 
+// layerscale_residual_rms_norm for rows of at most kResNormChunks * 256 values (8 per lane and
+// chunk): pass one forms x' = x + r(branch * scale) with the composition's two float32 roundings
+// (__fmul_rn/__fadd_rn keep them from contracting into one FMA), writes it and sums its squares
+// in rms_rows_vec8_kernel's order; pass two normalizes the row from registers. So both outputs
+// equal the composition's (layerscale kernel, rms_norm, cast) bit for bit.
+constexpr int kResNormChunks = 8;
+
+__global__ void residual_rms_vec8_kernel(const float* __restrict__ x, const void* br, int bt,
+                                         const float* __restrict__ scale, float* xo, void* no, int nt,
+                                         const void* w, int wt, int64_t rows, int64_t cols, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t base = row * cols;
+  float v[kResNormChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kResNormChunks; ++j) {
+    const int64_t c = lane * 8 + j * 256;
+    if (c >= cols) break;
+    float xv[8], b[8], sc[8];
+    ld8(x, kCodeF32, base + c, xv);
+    ld8(br, bt, base + c, b);
+    ld8(scale, kCodeF32, c, sc);
+    for (int k = 0; k < 8; ++k) v[j][k] = __fadd_rn(xv[k], __fmul_rn(b[k], sc[k]));
+    st8(xo, kCodeF32, base + c, v[j]);
+    for (int k = 0; k < 8; ++k) ss += v[j][k] * v[j][k];
+  }
+  const float inv = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(cols) + eps);
+#pragma unroll
+  for (int j = 0; j < kResNormChunks; ++j) {
+    const int64_t c = lane * 8 + j * 256;
+    if (c >= cols) break;
+    float wv[8];
+    if (w) ld8(w, wt, c, wv);
+    for (int k = 0; k < 8; ++k) {
+      v[j][k] *= inv;
+      if (w) v[j][k] *= wv[k];
+    }
+    st8(no, nt, base + c, v[j]);
+  }
+}
+
 // group_norm statistics: sum and sum of squares per (n, group) in float64 (a group can hold
 // hundreds of millions of elements in the video VAE).
 __global__ void group_stats_kernel(const void* x, int xt, int64_t group_elems, int64_t chunk,
@@ -469,6 +512,46 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
       s.a, x.size(1), cs.raw(), dtype_code(cs.dtype()), sn.raw(), dtype_code(sn.dtype()), rotary_dim);
   check_launch("qk_norm_rope");
   return s.out;
+}
+
+ResidualNorm layerscale_residual_rms_norm(const Tensor& x, const Tensor& branch, const Tensor& scale,
+                                          const Tensor* weight, float eps, DType norm_dtype) {
+  const char* op = "layerscale_residual_rms_norm";
+  require_cuda(x, op, "x");
+  require_cuda(branch, op, "branch");
+  require_cuda(scale, op, "scale");
+  check_float(branch, op, "branch");
+  H3_CHECK(x.dim() == 2 && x.dtype() == DType::kF32 && branch.shape() == x.shape() &&
+               scale.dtype() == DType::kF32 && scale.numel() == x.size(1),
+           ErrorCode::kInvalidArgument, "ops::", op,
+           ": expected x [S, C] float32, branch [S, C], scale [C] float32; got x ", x.desc(), ", branch ",
+           branch.desc(), ", scale ", scale.desc());
+  H3_CHECK(norm_dtype == DType::kF32 || norm_dtype == DType::kBF16 || norm_dtype == DType::kF16,
+           ErrorCode::kUnsupported, "ops::", op, ": norm dtype ", dtype_name(norm_dtype),
+           " (expected f32, bf16 or f16)");
+  require_same_device(x, branch, op);
+  require_same_device(x, scale, op);
+  auto composed = [&] {
+    ResidualNorm r;
+    r.x = add(x, mul(branch.dtype() == DType::kF32 ? branch : cast(branch, DType::kF32), scale));
+    const Tensor n = rms_norm(r.x, weight, eps);
+    r.normed = n.dtype() == norm_dtype ? n : cast(n, norm_dtype);
+    return r;
+  };
+  const int64_t cols = x.size(1);
+  if (!fusion_enabled("RESIDUAL_NORM") || cols > kResNormChunks * 256) return composed();
+  RowSetup s = row_setup(x, weight, nullptr, eps, op);
+  const Tensor br = contiguous(branch), sc = contiguous(scale);
+  if (!rows_vec8(s) || !vec8_ok(br) || !vec8_ok(sc)) return composed();
+  ResidualNorm r;
+  r.x = s.out;  // float32, x's shape
+  r.normed = Tensor::empty(x.shape(), norm_dtype, x.device());
+  if (s.a.rows == 0 || cols == 0) return r;
+  residual_rms_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(
+      static_cast<const float*>(s.x.raw()), br.raw(), dtype_code(br.dtype()), static_cast<const float*>(sc.raw()),
+      static_cast<float*>(r.x.raw()), r.normed.raw(), dtype_code(norm_dtype), s.a.w, s.a.wt, s.a.rows, cols, eps);
+  check_launch(op);
+  return r;
 }
 
 // ---- weight_norm -----------------------------------------------------------------------------

@@ -76,6 +76,50 @@ __global__ void to_uint8_kernel(const void* x, int xt, uint8_t* out, int64_t bat
   }
 }
 
+// The stitch geometry: per tile row i (column j) its height (width), the first output row
+// (column) it gives, and the blend extent with the row above (column to the left), 0 for the first.
+struct StitchAxis {
+  int n;
+  int size[kVaeStitchMaxTiles];
+  int out0[kVaeStitchMaxTiles + 1];  // out0[n] = the output's extent
+  int extent[kVaeStitchMaxTiles];
+};
+struct StitchTiles {
+  const void* ptr[kVaeStitchMaxTiles];
+};
+
+// blend(a, b, e) at position p < e (video_vae_tiling.cpp): the weights p / e and 1 - that, each
+// rounded to the dtype, then a * wa + b * wb with each product and the sum rounded to it.
+__device__ __forceinline__ float stitch_blend(float a, float b, int p, int e, int code) {
+  const float wb = round_to(__fdiv_rn(static_cast<float>(p), static_cast<float>(e)), code);
+  const float wa = round_to(__fsub_rn(1.0f, wb), code);
+  return round_to(__fadd_rn(round_to(__fmul_rn(a, wa), code), round_to(__fmul_rn(b, wb), code)), code);
+}
+
+// One thread per output value (plane, y, x); planes are the C x F (channel, frame) pairs.
+__global__ void stitch_kernel(StitchTiles t, int code, StitchAxis ya, StitchAxis xa, int64_t planes, void* out) {
+  const int64_t H = ya.out0[ya.n], W = xa.out0[xa.n];
+  const int64_t n = planes * H * W;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t X = idx % W, Y = (idx / W) % H, pl = idx / (W * H);
+    int i = 0, j = 0;
+    while (i + 1 < ya.n && Y >= ya.out0[i + 1]) ++i;
+    while (j + 1 < xa.n && X >= xa.out0[j + 1]) ++j;
+    const int y = static_cast<int>(Y - ya.out0[i]), x = static_cast<int>(X - xa.out0[j]);
+    auto at = [&](int ti, int tj, int yy, int xx) {
+      const int64_t th = ya.size[ti], tw = xa.size[tj];
+      return ld(t.ptr[ti * xa.n + tj], code, (pl * th + yy) * tw + xx);
+    };
+    float v = at(i, j, y, x);
+    const int ev = ya.extent[i], eh = xa.extent[j];
+    if (ev > 0 && y < ev) v = stitch_blend(at(i - 1, j, ya.size[i - 1] - ev + y, x), v, y, ev, code);
+    // The left neighbour is the raw tile, not its vertically blended form (§2.7).
+    if (eh > 0 && x < eh) v = stitch_blend(at(i, j - 1, y, xa.size[j - 1] - eh + x), v, x, eh, code);
+    st(out, code, idx, v);
+  }
+}
+
 // out[r, c] = x[r, c] + float(branch[r, c]) * scale[c], two float32 roundings (no fused
 // multiply-add), one block per row in a stride loop, threads over the columns.
 __global__ void layerscale_residual_kernel(const float* x, const void* br, int bt, const float* scale, float* out,
@@ -110,6 +154,61 @@ Tensor vae_layerscale_residual(const Tensor& x, const Tensor& branch, const Tens
       static_cast<const float*>(x.raw()), branch.raw(), dtype_code(branch.dtype()),
       static_cast<const float*>(scale.raw()), static_cast<float*>(out.raw()), rows, cols);
   check_launch("vae_layerscale_residual");
+  return out;
+}
+
+Tensor vae_stitch_tiles(const std::vector<Tensor>& tiles, int64_t ny, int64_t nx,
+                        const std::vector<int64_t>& y_overlaps, const std::vector<int64_t>& x_overlaps) {
+  H3_CHECK(ny >= 1 && nx >= 1 && static_cast<int64_t>(tiles.size()) == ny * nx && ny * nx <= kVaeStitchMaxTiles,
+           ErrorCode::kInvalidArgument, "vae_stitch_tiles: ", tiles.size(), " tiles for a ", ny, " x ", nx,
+           " grid (at most ", kVaeStitchMaxTiles, ")");
+  H3_CHECK(static_cast<int64_t>(y_overlaps.size()) + 1 >= ny && static_cast<int64_t>(x_overlaps.size()) + 1 >= nx,
+           ErrorCode::kInvalidArgument, "vae_stitch_tiles: ", ny, " x ", nx, " tiles need ", ny - 1, " and ", nx - 1,
+           " overlaps");
+  const Tensor& t0 = tiles[0];
+  require_cuda(t0, "vae_stitch_tiles", "tile");
+  const int code = dtype_code(t0.dtype());
+  H3_CHECK(t0.dim() == 4 && code >= 0 && code <= kCodeF16, ErrorCode::kInvalidArgument,
+           "vae_stitch_tiles: expected float tiles [C, F, h, w], got ", t0.desc());
+  StitchAxis ya{}, xa{};
+  StitchTiles ptrs{};
+  ya.n = static_cast<int>(ny);
+  xa.n = static_cast<int>(nx);
+  for (int64_t i = 0; i < ny; ++i) ya.size[i] = static_cast<int>(tiles[i * nx].size(2));
+  for (int64_t j = 0; j < nx; ++j) xa.size[j] = static_cast<int>(tiles[j].size(3));
+  for (int64_t i = 0; i < ny; ++i)
+    for (int64_t j = 0; j < nx; ++j) {
+      const Tensor& t = tiles[i * nx + j];
+      require_cuda(t, "vae_stitch_tiles", "tile");
+      require_same_device(t0, t, "vae_stitch_tiles");
+      H3_CHECK(t.dim() == 4 && t.dtype() == t0.dtype() && t.is_contiguous() && t.size(0) == t0.size(0) &&
+                   t.size(1) == t0.size(1) && t.size(2) == ya.size[i] && t.size(3) == xa.size[j],
+               ErrorCode::kInvalidArgument, "vae_stitch_tiles: tile (", i, ", ", j, ") ", t.desc(),
+               " does not fit the grid of ", t0.desc());
+      ptrs.ptr[i * nx + j] = t.raw();
+    }
+  // Kept extents and blend extents as stitch_tiles computes them (blend: min of both sizes and
+  // the overlap; crop: the overlap itself, except after the last row or column).
+  auto fill = [](StitchAxis& a, const std::vector<int64_t>& ov) {
+    a.out0[0] = 0;
+    for (int k = 0; k < a.n; ++k) {
+      a.extent[k] = k == 0 ? 0 : static_cast<int>(std::min<int64_t>({a.size[k - 1], a.size[k], ov[k - 1]}));
+      const int64_t kept = k + 1 < a.n ? a.size[k] - ov[k] : a.size[k];
+      H3_CHECK(kept >= 0 && (k == 0 || ov[k - 1] >= 0), ErrorCode::kInvalidArgument,
+               "vae_stitch_tiles: an overlap is negative or larger than its tile (tile ", k, " of ", a.n,
+               ", ", a.size[k], " px)");
+      a.out0[k + 1] = a.out0[k] + static_cast<int>(kept);
+    }
+  };
+  fill(ya, y_overlaps);
+  fill(xa, x_overlaps);
+  const int64_t planes = t0.size(0) * t0.size(1);
+  Tensor out = Tensor::empty({t0.size(0), t0.size(1), ya.out0[ya.n], xa.out0[xa.n]}, t0.dtype(), t0.device());
+  if (out.numel() == 0) return out;
+  set_device_of(t0);
+  stitch_kernel<<<grid_for(out.numel(), kThreads), kThreads, 0, current_stream()>>>(ptrs, code, ya, xa, planes,
+                                                                                    out.raw());
+  check_launch("vae_stitch_tiles");
   return out;
 }
 

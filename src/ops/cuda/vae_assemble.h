@@ -26,6 +26,16 @@ void vae_assemble_frames(const Tensor& out, int64_t dst0, const Tensor& clip, in
 // rint(v*255) (half to even), NaN -> 0, clamp to [0, 255].
 Tensor vae_frames_to_uint8(const Tensor& decoded, const float mean[3], const float std[3]);
 
+// The spatial stitch of one window's decoded tiles (h3_components_spec.md §2.7, video_vae_tiling.h
+// stitch_tiles) in one pass and bit for bit: `tiles` row-major (ny rows of nx), each [C, F, h_i,
+// w_j] contiguous in one float dtype on one device (every tile of row i h_i rows high, of column j
+// w_j wide), y_overlaps[ny - 1] and x_overlaps[nx - 1] in pixels. Each output value reads its own
+// tile and, inside an overlap, the raw tile above and the raw tile to the left, and blends them as
+// the composition does (vertical first; three roundings to the dtype per blend). At most 64 tiles.
+Tensor vae_stitch_tiles(const std::vector<Tensor>& tiles, int64_t ny, int64_t nx,
+                        const std::vector<int64_t>& y_overlaps, const std::vector<int64_t>& x_overlaps);
+constexpr int64_t kVaeStitchMaxTiles = 64;
+
 // The decoder's LayerScale residual, ops::add(x, ops::mul(ops::cast(branch, f32), scale)) in one
 // pass and bit for bit: x [S, C] float32, branch [S, C] (f32, bf16 or f16), scale [C] float32.
 Tensor vae_layerscale_residual(const Tensor& x, const Tensor& branch, const Tensor& scale);
