@@ -15,9 +15,11 @@
 #include "core/device.h"
 #include "core/status.h"
 #include "core/cuda_stream.h"
+#include "models/audio_vae/audio_vae_model.h"
 #include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_model.h"
 #include "ops/ops.h"
+#include "pipeline/random_weights.h"
 
 namespace {
 
@@ -38,6 +40,7 @@ struct BenchArgs {
   uint64_t seed = 0;
   h3::ops::AttentionKernel attention = h3::ops::AttentionKernel::kAuto;
   bool fp8 = false;
+  std::string audio_vae;  // an audio_vae/ folder: also time its decode of the same request
 };
 
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
@@ -83,16 +86,21 @@ void print_help() {
       "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for 5n+2)\n"
       "  --no-tiling       decode whole windows without spatial tiles\n"
       "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: automatic,\n"
-      "                    as many as a 4 GiB activation budget allows on CUDA; 1: one at a time)\n"
+      "                    as many as a 1 GiB activation budget allows on CUDA, 4 at the released\n"
+      "                    tiles; 1: one at a time)\n"
       "  --vae-attention K the decoder's attention kernel: auto (default), hopper, mma or generic\n"
       "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also decodes\n"
       "                    with the f16 weights and reports the PSNR per frame between the two\n"
       "  --profile         one more decode with the device synchronized at every stage boundary,\n"
       "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, blend)\n"
-      "  --stream          time the streaming decode (frames handed out per window) instead, with\n"
+      "  --stream          time the streaming decode of h3 generate instead (each window's frames\n"
+      "                    made uint8 on the device and copied to the host as they finish), with\n"
       "                    the latency to the first finished frames\n"
       "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
-      "  --seed N          weight and latent seed (default 0)\n");
+      "  --seed N          weight and latent seed (default 0)\n"
+      "  --audio-vae DIR   also decode the request's audio latents with the audio VAE of DIR (a\n"
+      "                    component folder, e.g. the audio_vae/ of `h3 make-tiny --released-shapes`;\n"
+      "                    random weights filled at load) and report its time beside the video's\n");
 }
 
 vv::VideoVaeConfig small_config() {
@@ -181,6 +189,8 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.fp8 = v == "fp8";
     } else if (f == "--vae-attention") {
       a.attention = h3::ops::parse_attention_kernel(value(), f);
+    } else if (f == "--audio-vae") {
+      a.audio_vae = value();
     } else if (f == "--stream") {
       a.stream = true;
     } else if (f == "--latents") {
@@ -208,6 +218,8 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.t = 37, a.h = 48, a.w = 84;
     }
   }
+  H3_CHECK(!(a.stream && a.fp8), ErrorCode::kInvalidArgument,
+           "--stream hands out uint8 frames, and --vae-dtype fp8's PSNR needs the float decode: use one of them");
   H3_CHECK(device.is_cuda() || a.small || latents_given, ErrorCode::kInvalidArgument,
            "a full-size decode at released dimensions takes hours on a CPU; use --device cuda, "
            "--small, or --latents to choose a smaller request");
@@ -244,6 +256,11 @@ int run_bench_vae(const std::vector<std::string>& args) {
     zp[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 4.0 - 2.0);
   }
   const h3::Tensor z_dev = z.to(device);
+  // From here the pool's high-water mark counts the weights and latents in use plus the decode's
+  // peak: the measure of the reference's figure (torch.cuda.max_memory_allocated after a reset
+  // with the model loaded), without the CUDA context and the pool's unused blocks that the
+  // sampled figure includes.
+  if (device.is_cuda()) h3::cuda_pool_reset_peak(device.index);
 
   const vv::TemporalPlan plan = vv::temporal_decode_plan(a.t, config);
   const int64_t r = config.spatial_ratio();
@@ -281,13 +298,14 @@ int run_bench_vae(const std::vector<std::string>& args) {
     vae.decode_streaming(
         z_dev,
         [&](int64_t, int64_t, const h3::Tensor& frames) {
-          parts.push_back(frames.to(h3::Device::cpu()));
+          // As h3 generate's decode stage: uint8 frames [n, H, W, 3] made where the piece is, then
+          // to the host (a quarter of the float32 bytes).
+          parts.push_back(vv::decoded_to_uint8(frames.unsqueeze(0)).select(0, 0).to(h3::Device::cpu()));
           if (pieces++ == 0)
             first_piece_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         },
         prof);
-    const h3::Tensor whole = parts.size() == 1 ? parts[0] : h3::ops::concat(parts, 1);
-    return whole.unsqueeze(0);
+    return parts.size() == 1 ? parts[0] : h3::ops::concat(parts, 0);
   };
   // The batch decode_clip will use: the limit for a window's tiles, spread evenly over batches.
   int64_t tile_batch = 1;
@@ -314,7 +332,7 @@ int run_bench_vae(const std::vector<std::string>& args) {
     (void)decode_once(&prof);
     profiled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  {
+  if (!a.stream) {
     const auto t0 = std::chrono::steady_clock::now();
     // On CUDA: one device kernel, then the bytes to the host (H3_VAE_DEVICE_UINT8=0: host loops).
     const h3::Tensor frames = vv::decoded_to_uint8(decoded);
@@ -337,15 +355,23 @@ int run_bench_vae(const std::vector<std::string>& args) {
     std::printf("| streaming: pieces handed out | %lld |\n", static_cast<long long>(pieces));
     std::printf("| streaming: seconds to the first finished frames (last run) | %.3f |\n", first_piece_s);
   }
-  std::printf("| to uint8 frames on the host (s; %s) | %.3f |\n",
-              decoded.device().is_cuda() && vv::device_uint8_enabled() ? "device conversion + copy" : "host conversion",
-              frames_s);
+  if (!a.stream) {
+    std::printf("| to uint8 frames on the host (s; %s) | %.3f |\n",
+                decoded.device().is_cuda() && vv::device_uint8_enabled() ? "device conversion + copy" : "host conversion",
+                frames_s);
+  }
   std::printf("| peak host RSS (GiB) | %.2f |\n", gib(peak_host_rss_bytes()));
   if (device.is_cuda()) {
     std::printf("| peak device memory in use (GiB, sampled every 2 ms) | %.2f |\n", gib(sampler.peak()));
     std::printf("| ... above the baseline before loading (GiB) | %.2f |\n", gib(sampler.peak() - baseline));
+    const uint64_t pool_peak = h3::cuda_pool_peak_bytes(device.index);
+    if (pool_peak > 0) {
+      std::printf("| peak allocated: the pool's high-water mark, weights included (GiB / GB) | %.2f / %.2f |\n",
+                  gib(static_cast<int64_t>(pool_peak)), static_cast<double>(pool_peak) / 1e9);
+    }
   }
-  std::printf("| output | %s float32 (%s) |\n", h3::shape_str(decoded.shape()).c_str(), decoded.device().str().c_str());
+  std::printf("| output | %s %s (%s) |\n", h3::shape_str(decoded.shape()).c_str(), h3::dtype_name(decoded.dtype()),
+              decoded.device().str().c_str());
   if (a.fp8) {
     // The same weights (seed) and latents under the f16 policy: the distance FP8 adds.
     vv::VideoVaeOptions o16 = opt;
@@ -361,6 +387,35 @@ int run_bench_vae(const std::vector<std::string>& args) {
     std::printf("\nPSNR per frame (dB):");
     for (size_t i = 0; i < psnr.size(); ++i) std::printf("%s%.2f", i % 16 == 0 ? "\n " : " ", psnr[i]);
     std::printf("\n");
+  }
+  if (!a.audio_vae.empty()) {
+    // The audio of the same request, as the pipeline decodes it (both stereo channels as a batch,
+    // to float32 on the host), after the video: its share of the decode stage.
+    namespace av = h3::audio_vae;
+    const h3::pipeline::RandomWeightsScope fill(a.seed);
+    av::AudioVaeOptions ao;
+    ao.device = device;
+    ao.load_encoder = false;
+    const av::AudioVae avae = av::AudioVae::load(a.audio_vae, ao);
+    const int64_t na = avae.config().latent_frames_for_video_frames(plan.output_frames);
+    h3::Tensor zn = h3::Tensor::empty({2, avae.config().latent_channels, na}, h3::DType::kF32);
+    float* zp2 = zn.data<float>();
+    for (int64_t i = 0; i < zn.numel(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      zp2[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    }
+    for (int i = 0; i < a.warmup; ++i) (void)avae.decode_normalized(zn);
+    std::vector<double> at;
+    h3::Tensor wave;
+    for (int i = 0; i < a.repeat; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      wave = avae.decode_normalized(zn);  // ends on the host: the time includes the copy
+      at.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double abest = *std::min_element(at.begin(), at.end());
+    std::printf("| audio decode seconds (best of %d; 2 x %lld latents -> %s on the host) | %.3f |\n", a.repeat,
+                static_cast<long long>(na), h3::shape_str(wave.shape()).c_str(), abest);
+    std::printf("| audio decode / video decode | %.3f |\n", abest / best);
   }
   if (a.profile) {
     const vv::DecoderProfile& d = prof.decoder;

@@ -35,6 +35,8 @@ int run_make_tiny(const std::vector<std::string>& args) {
           "  --released-shapes   full-size layout as sparse files (exact headers, no data)\n"
           "  --fasth3            add the FastH3 student's VSA gates to transformer/ (the\n"
           "                      engine then runs it with the fasth3 preset)\n"
+          "  --vae-spatial-ratio N  the video VAE compresses by N = 8 or 16 (default 16, as\n"
+          "                      released): canvases then come in multiples of 2N\n"
           "  --force             replace an existing MiniMax-H3 repository in DIR\n");
       return 0;
     }
@@ -49,6 +51,12 @@ int run_make_tiny(const std::vector<std::string>& args) {
       opt.released_shapes = true;
     } else if (a == "--fasth3") {
       opt.fasth3 = true;
+    } else if (a == "--vae-spatial-ratio") {
+      H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument, "--vae-spatial-ratio needs a value");
+      const std::string& v = args[++i];
+      H3_CHECK(v == "8" || v == "16", h3::ErrorCode::kInvalidArgument,
+               "--vae-spatial-ratio must be 8 or 16, got '", v, "'");
+      opt.vae_spatial_ratio = std::stoll(v);
     } else if (!a.empty() && a[0] == '-') {
       h3::fail(h3::ErrorCode::kInvalidArgument, "unknown option '", a,
                "' (see h3 make-tiny --help)");

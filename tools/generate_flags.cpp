@@ -154,6 +154,9 @@ const char* generate_flags_help() {
          "                           its PSNR against f16\n"
          "  --vae-attention K        the video VAE decoder's attention kernel: auto (default), hopper\n"
          "                           (wgmma, compute capability 9.0), mma (mma.sync) or generic\n"
+         "  --vae-tile-batch N       spatial tiles of a window the video VAE decodes in one forward\n"
+         "                           (default 0: automatic on CUDA, 1 on the CPU); fewer use less\n"
+         "                           memory (README: speed and memory at 1, 4 and 14)\n"
          "  --vsa-tile-size 64|256   VSA tile edge (default 64)\n"
          "  --vsa-sparsity S         VSA sparsity in [0, 1) (default: the preset's; 0.9 with "
          "gates,\n"
@@ -294,6 +297,8 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       eo.vae_fp8 = v == "fp8";
     } else if (a == "--vae-attention") {
       eo.vae_attention = h3::ops::parse_attention_kernel(v, "--vae-attention");
+    } else if (a == "--vae-tile-batch") {
+      eo.vae_tile_batch = parse_int(a, v, 0);
     } else if (a == "--attention") {
       f.settings.attention = h3::dit::parse_attention_backend(v);
     } else if (a == "--vsa-tile-size") {

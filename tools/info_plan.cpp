@@ -227,10 +227,10 @@ int run_info_plan(const std::vector<std::string>& args) {
   H3_CHECK(height.has_value() == width.has_value(), ErrorCode::kInvalidArgument,
            "--height and --width go together");
   if (height) {
-    H3_CHECK(*height > 0 && *width > 0 && *height % pl::kCanvasMultiple == 0 &&
-                 *width % pl::kCanvasMultiple == 0,
-             ErrorCode::kInvalidArgument, "--height/--width must be positive multiples of ",
-             pl::kCanvasMultiple, ", got ", *height, "x", *width);
+    // Multiples of the model's canvas multiple (its VAE ratio times the DiT patch): the plan's
+    // geometry checks that against the repository's VAE.
+    H3_CHECK(*height > 0 && *width > 0, ErrorCode::kInvalidArgument,
+             "--height/--width must be positive, got ", *height, "x", *width);
     r.height = *height;
     r.width = *width;
   }

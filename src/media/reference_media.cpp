@@ -64,9 +64,9 @@ int64_t reference_frames_for_encoding(int64_t normalized_frames) {
   return std::min(normalized_frames, pipeline::reference_video_frame_limit(normalized_frames));
 }
 
-RgbImage normalize_reference_image(const RgbImage& image, int64_t short_edge) {
+RgbImage normalize_reference_image(const RgbImage& image, int64_t short_edge, int64_t multiple) {
   const pipeline::Canvas c =
-      pipeline::resolve_reference_image_size(image.width, image.height, short_edge);
+      pipeline::resolve_reference_image_size(image.width, image.height, short_edge, multiple);
   return resize_lanczos(image, c.width, c.height);
 }
 

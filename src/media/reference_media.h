@@ -38,8 +38,9 @@ NormalizedVideo normalize_reference_video(const std::vector<RgbImage>& frames, d
 // (max(1, (F-5)//17)*17 + 5; the encoder pads a shorter clip by repeating the last frame).
 int64_t reference_frames_for_encoding(int64_t normalized_frames);
 
-// An image reference: LANCZOS onto resolve_reference_image_size(w, h, short_edge).
-RgbImage normalize_reference_image(const RgbImage& image, int64_t short_edge);
+// An image reference: LANCZOS onto resolve_reference_image_size(w, h, short_edge, multiple).
+RgbImage normalize_reference_image(const RgbImage& image, int64_t short_edge,
+                                   int64_t multiple = pipeline::kCanvasMultiple);
 
 // FL2VA first keyframe: LANCZOS resize to exactly the canvas (aspect not kept).
 RgbImage stretch_keyframe(const RgbImage& image, const pipeline::Canvas& canvas);

@@ -815,7 +815,13 @@ void write_repository(const fs::path& root, const std::string& repo_name,
         write_json(folder / "processor_config.json", processor_config(released));
       continue;
     }
-    const json config = make_tiny_config(name, released, opt.seed);
+    json config = make_tiny_config(name, released, opt.seed);
+    if (name == "vae" && opt.vae_spatial_ratio > 0) {
+      // Factors of 2 in the first stages, 1 after: log2(ratio) halvings.
+      json f = json::array();
+      for (int64_t i = 0, r = opt.vae_spatial_ratio; i < 6; ++i, r /= 2) f.push_back(r > 1 ? 2 : 1);
+      config["spatial_downsample_factors"] = f;
+    }
     if (name == "scheduler" || name == "audio_scheduler") {
       write_json(folder / "scheduler_config.json", config);
       continue;
@@ -838,6 +844,11 @@ void write_repository(const fs::path& root, const std::string& repo_name,
 
 void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
   H3_CHECK(!dir.empty(), ErrorCode::kInvalidArgument, "make-tiny: empty output folder");
+  const int64_t r = opt.vae_spatial_ratio;
+  H3_CHECK(r == 0 || r == 8 || r == 16, ErrorCode::kInvalidArgument,
+           "make-tiny: the VAE's spatial ratio must be 8 or 16, got ", r);
+  H3_CHECK(r == 0 || !opt.released_shapes, ErrorCode::kInvalidArgument,
+           "make-tiny: a VAE spatial ratio is for tiny repositories, not --released-shapes");
   std::error_code ec;
   fs::path target = fs::absolute(dir, ec).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();  // trailing slash

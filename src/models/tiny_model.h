@@ -33,6 +33,11 @@ struct MakeTinyOptions {
   // Replace an existing folder, but only one that holds a MiniMax-H3 repository (it has a
   // modular_model_index.json), so a typo cannot wipe an unrelated folder.
   bool force = false;
+  // The video VAE's spatial compression: 0 keeps the release's 16; 8 drops the fourth stage's
+  // halving (its factors become 2, 2, 2, 1, 1, 1: the temporal strides stay on halving stages, as
+  // the engine requires). The reference builds the same VAE from these config fields; the canvas
+  // multiple becomes 16. Tiny only.
+  int64_t vae_spatial_ratio = 0;
 };
 
 // `dir` must not exist or be an empty folder. Throws h3::Error naming the path on failure (and

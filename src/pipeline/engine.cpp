@@ -135,6 +135,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   po.dit_bf16 = dit_precision_of(options) == dit::DitPrecision::kBF16;
   po.conditioner_bf16 = conditioner_dtype_of(options) == DType::kBF16;
   po.vae_f16_gemm = vae_precision_of(options) == video_vae::VaePrecision::kF16Autocast;
+  po.vae_tile_batch = options.vae_tile_batch;
   po.vsa_attention = options.attention == dit::DitAttentionBackend::kVsa;
   po.dit_fused_rounding = dit_rounding_of(options) == dit::DitRounding::kFused;
   po.dit_fp8 = options.dit_fp8;
@@ -266,6 +267,7 @@ video_vae::VideoVae& Engine::video_vae(Receipt& rc, bool encoder) {
   vopt.device = options_.device;
   vopt.precision = vae_precision_of(options_);
   vopt.attention = options_.vae_attention;
+  vopt.tile_batch = options_.vae_tile_batch;
   vopt.decoder_fp8 = options_.vae_fp8;
   vopt.load_encoder = encoder;
   LoadMeter meter(rc, "vae", file_bytes_of(plan_, "vae"), options_.device);

@@ -69,6 +69,8 @@ struct EngineOptions {
   ops::AttentionKernel vae_attention = ops::AttentionKernel::kAuto;
   // --vae-dtype fp8 (video_vae::VideoVaeOptions::decoder_fp8); implies the f16-autocast policy.
   bool vae_fp8 = false;
+  // --vae-tile-batch (video_vae::VideoVaeOptions::tile_batch): 0 automatic.
+  int64_t vae_tile_batch = 0;
   // The conditioner's compute dtype; default bf16 on CUDA (the released encoder's own dtype, the
   // reference's policy) and float32 on the CPU (the oracle).
   std::optional<DType> conditioner_dtype;

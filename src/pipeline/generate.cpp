@@ -72,17 +72,6 @@ void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
            shape_str(want));
 }
 
-CanvasConfig canvas_config(const io::Repository& repo) {
-  // The tiny checkpoint shrinks the canvas settings in its index (geometry.h).
-  const std::string file = repo.index_file();
-  CanvasConfig c;
-  c.short_edge = io::config_int_or(repo.pipeline_config(), "canvas_short_edge", file, c.short_edge);
-  c.max_pixels = io::config_int_or(repo.pipeline_config(), "canvas_max_pixels", file, c.max_pixels);
-  c.reference_image_short_edge = io::config_int_or(
-      repo.pipeline_config(), "reference_image_short_edge", file, c.reference_image_short_edge);
-  return c;
-}
-
 text::VisionGrid vision_grid(const qwen3_vl::GridThw& g) { return {g.t, g.h, g.w}; }
 
 // uint8 frames -> [1, 3, F, H, W] uint8, the VAE's pixel layout.
@@ -175,7 +164,7 @@ PreparedMedia prepare_media(const std::string& workflow, const GenerateRequest& 
                " has no pixels");
       VisualCondition vc;
       vc.vae_frames.push_back(
-          media::normalize_reference_image(r.image, cc.reference_image_short_edge));
+          media::normalize_reference_image(r.image, cc.reference_image_short_edge, cc.multiple));
       vc.qwen = media::qwen_process_image(media::image_to_tensor(vc.vae_frames[0]), icfg);
       pm.presented.push_back(text::PresentedMedia::image(vision_grid(vc.qwen.grid)));
       pm.ref_visual_index.back() = static_cast<int64_t>(pm.visual.size());
@@ -222,6 +211,21 @@ text::Workflow text_workflow(const std::string& w) {
 }
 
 }  // namespace
+
+CanvasConfig repository_canvas_config(const io::Repository& repo) {
+  // The tiny checkpoint shrinks the canvas settings in its index (geometry.h).
+  const std::string file = repo.index_file();
+  CanvasConfig c;
+  c.short_edge = io::config_int_or(repo.pipeline_config(), "canvas_short_edge", file, c.short_edge);
+  c.max_pixels = io::config_int_or(repo.pipeline_config(), "canvas_max_pixels", file, c.max_pixels);
+  c.reference_image_short_edge = io::config_int_or(
+      repo.pipeline_config(), "reference_image_short_edge", file, c.reference_image_short_edge);
+  // The canvas multiple follows the VAE's compression, as the reference's `canvas_multiple`
+  // (without a VAE the release's; a generation refuses such a repository by name).
+  if (repo.has("vae"))
+    c = canvas_config_for_vae(c, video_vae::VideoVaeConfig::load(repo.component("vae").folder).spatial_ratio());
+  return c;
+}
 
 std::string resolve_workflow(const GenerateRequest& r) {
   const bool keyframes = r.first_image.has_value() || r.last_image.has_value();
@@ -335,7 +339,7 @@ void Generation::prepare() {
 
   const io::Repository& repo = g.engine.repo();
   const std::string& workflow = g.workflow;
-  const CanvasConfig cc = canvas_config(repo);
+  const CanvasConfig cc = repository_canvas_config(repo);
   std::vector<std::string> needed = {"tokenizer", "text_encoder", "vae", "audio_vae"};
   needed.push_back(workflow == "ref2va" ? "transformer_ref" : "transformer");
   if (workflow != "t2va") needed.push_back("processor");
@@ -354,7 +358,7 @@ void Generation::prepare() {
   const Canvas canvas = resolve_target_canvas(request.height, request.width, aw, ah, cc);
   const FrameCount fc = resolve_num_frames(request.num_frames, request.allow_any_duration);
   g.result.frames_note = fc.note;
-  g.geo = make_target_geometry(canvas, fc.frames);
+  g.geo = make_target_geometry(canvas, fc.frames, cc.vae_spatial_ratio);
   g.result.geometry = g.geo;
   media::QwenProcessorConfig icfg, vcfg;
   if (workflow != "t2va") {
@@ -735,6 +739,7 @@ void Generation::decode() {
   }
   stage.end();
   rc.set("vae_attention", ops::attention_kernel_name(vae.attention_used()));
+  rc.set("vae_tile_batch", vae.tile_batch_used());
   g.peak_end("decode");
   engine.finished_generation(rc);
   g.done = 4;

@@ -40,9 +40,17 @@
 #include "pipeline/geometry.h"
 #include "pipeline/packing.h"
 
+namespace h3::io {
+class Repository;
+}
+
 namespace h3::pipeline {
 
 class Engine;
+
+// A repository's canvas settings: the canvas_* entries of its index (the release's where absent)
+// and the canvas multiple its VAE's spatial ratio implies (canvas_config_for_vae).
+CanvasConfig repository_canvas_config(const io::Repository& repo);
 
 // A waveform at its own rate: [channels, samples] float (1 or 2 channels).
 struct AudioClip {

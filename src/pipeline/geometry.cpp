@@ -30,9 +30,9 @@ Canvas resolve_canvas_size(double aspect_width, double aspect_height, const Canv
                std::isfinite(aspect_height),
            ErrorCode::kInvalidArgument, "aspect ratio must be positive, got ", aspect_width, ":",
            aspect_height);
-  H3_CHECK(config.short_edge > 0 && config.max_pixels > 0, ErrorCode::kInvalidArgument,
-           "canvas config: short edge (", config.short_edge, ") and max pixels (",
-           config.max_pixels, ") must be positive");
+  H3_CHECK(config.short_edge > 0 && config.max_pixels > 0 && config.multiple > 0, ErrorCode::kInvalidArgument,
+           "canvas config: short edge (", config.short_edge, "), max pixels (", config.max_pixels,
+           ") and multiple (", config.multiple, ") must be positive");
   const double ratio = aspect_width / aspect_height;
   H3_CHECK(ratio >= 0.25 && ratio <= 4.0, ErrorCode::kInvalidArgument,
            "aspect ratio must lie between 1:4 and 4:1, got ", aspect_width, ":", aspect_height);
@@ -54,26 +54,36 @@ Canvas resolve_canvas_size(double aspect_width, double aspect_height, const Canv
     width *= scale;
     height *= scale;
   }
-  return Canvas{round_to_multiple(height, kCanvasMultiple),
-                round_to_multiple(width, kCanvasMultiple)};
+  return Canvas{round_to_multiple(height, config.multiple),
+                round_to_multiple(width, config.multiple)};
 }
 
-Canvas resolve_reference_image_size(int64_t width, int64_t height, int64_t short_edge) {
+CanvasConfig canvas_config_for_vae(CanvasConfig config, int64_t vae_spatial_ratio) {
+  H3_CHECK(vae_spatial_ratio >= 1 && vae_spatial_ratio <= 1024, ErrorCode::kInvalidArgument,
+           "the VAE's spatial ratio must be in [1, 1024], got ", vae_spatial_ratio);
+  config.vae_spatial_ratio = vae_spatial_ratio;
+  config.multiple = vae_spatial_ratio * kDitPatch;
+  return config;
+}
+
+Canvas resolve_reference_image_size(int64_t width, int64_t height, int64_t short_edge,
+                                    int64_t multiple) {
   H3_CHECK(width > 0 && height > 0, ErrorCode::kInvalidArgument,
            "reference image must have a positive size, got ", width, "x", height);
   H3_CHECK(width <= 4 * height && height <= 4 * width, ErrorCode::kInvalidArgument,
            "reference image must lie within 1:4 and 4:1, got ", width, "x", height);
-  H3_CHECK(short_edge > 0, ErrorCode::kInvalidArgument,
-           "reference image short edge must be positive, got ", short_edge);
+  H3_CHECK(short_edge > 0 && multiple > 0, ErrorCode::kInvalidArgument,
+           "reference image short edge and canvas multiple must be positive, got ", short_edge, " and ",
+           multiple);
   const double scale =
       static_cast<double>(short_edge) / static_cast<double>(std::min(width, height));
-  return Canvas{round_to_multiple(static_cast<double>(height) * scale, kCanvasMultiple),
-                round_to_multiple(static_cast<double>(width) * scale, kCanvasMultiple)};
+  return Canvas{round_to_multiple(static_cast<double>(height) * scale, multiple),
+                round_to_multiple(static_cast<double>(width) * scale, multiple)};
 }
 
 Canvas resolve_target_canvas(std::optional<int64_t> height, std::optional<int64_t> width,
                              double default_aspect_width, double default_aspect_height,
-                             const CanvasConfig& config, int64_t vae_spatial_ratio) {
+                             const CanvasConfig& config) {
   H3_CHECK(height.has_value() == width.has_value(), ErrorCode::kInvalidArgument,
            "--height and --width must be given together, or neither");
   Canvas canvas;
@@ -81,15 +91,14 @@ Canvas resolve_target_canvas(std::optional<int64_t> height, std::optional<int64_
     canvas = resolve_canvas_size(default_aspect_width, default_aspect_height, config);
   } else {
     canvas = Canvas{*height, *width};
-    H3_CHECK(canvas.height > 0 && canvas.width > 0 && canvas.height % kCanvasMultiple == 0 &&
-                 canvas.width % kCanvasMultiple == 0,
+    H3_CHECK(config.multiple > 0, ErrorCode::kInvalidArgument, "canvas config: the multiple must be positive, got ",
+             config.multiple);
+    H3_CHECK(canvas.height > 0 && canvas.width > 0 && canvas.height % config.multiple == 0 &&
+                 canvas.width % config.multiple == 0,
              ErrorCode::kInvalidArgument, "--height and --width must be positive multiples of ",
-             kCanvasMultiple, ", got ", canvas.height, "x", canvas.width);
+             config.multiple, config.multiple == kCanvasMultiple ? "" : " (this model's VAE ratio times the DiT patch)",
+             ", got ", canvas.height, "x", canvas.width);
   }
-  H3_CHECK(vae_spatial_ratio > 0 && canvas.height % vae_spatial_ratio == 0 &&
-               canvas.width % vae_spatial_ratio == 0,
-           ErrorCode::kInvalidArgument, "canvas ", canvas.height, "x", canvas.width,
-           " is not divisible by the VAE's spatial ratio ", vae_spatial_ratio);
   return canvas;
 }
 
@@ -154,11 +163,11 @@ int64_t reference_audio_sample_limit(int64_t num_frames, int64_t sample_rate) {
 TargetGeometry make_target_geometry(const Canvas& canvas, int64_t num_frames,
                                     int64_t vae_spatial_ratio) {
   H3_CHECK(vae_spatial_ratio > 0 && canvas.height > 0 && canvas.width > 0 &&
-               canvas.height % (2 * vae_spatial_ratio) == 0 &&
-               canvas.width % (2 * vae_spatial_ratio) == 0,
+               canvas.height % (kDitPatch * vae_spatial_ratio) == 0 &&
+               canvas.width % (kDitPatch * vae_spatial_ratio) == 0,
            ErrorCode::kInvalidArgument, "canvas ", canvas.height, "x", canvas.width,
-           " must be a positive multiple of ", 2 * vae_spatial_ratio,
-           " (VAE ratio times the 2x2 patch)");
+           ": --height and --width must be positive multiples of ", kDitPatch * vae_spatial_ratio,
+           " (the VAE's spatial ratio ", vae_spatial_ratio, " times the DiT's 2x2 patch)");
   TargetGeometry g;
   g.height = canvas.height;
   g.width = canvas.width;

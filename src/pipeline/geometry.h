@@ -19,18 +19,28 @@ inline constexpr int64_t kLatentsPerChunk = 5;  // latent frames per clip; also 
 inline constexpr int64_t kAudioLatentsPerSecond = 40;
 inline constexpr int64_t kAudioChannels = 2;            // stereo, one row block per channel
 inline constexpr int64_t kAudioSamplesPerLatent = 800;  // at 32 kHz
+// The released values. The reference derives both from the repository: the canvas multiple is the
+// VAE's spatial compression (the product of its spatial_downsample_factors) times the DiT's patch
+// width (2), so a VAE that compresses 8x takes canvases in multiples of 16.
 inline constexpr int64_t kCanvasMultiple = 32;
 inline constexpr int64_t kVaeSpatialRatio = 16;
+inline constexpr int64_t kDitPatch = 2;  // the DiT patch's height and width (packing.h)
 inline constexpr double kMinDurationSeconds = 5.0;
 inline constexpr double kMaxDurationSeconds = 15.0;
 
 // Canvas settings stored in `modular_model_index.json` (released values by default; the tiny
-// checkpoint shrinks them to 64 / 8192 / 64).
+// checkpoint shrinks them to 64 / 8192 / 64), and the VAE's spatial ratio from `vae/config.json`
+// with the canvas multiple it implies (canvas_config_for_vae).
 struct CanvasConfig {
   int64_t short_edge = 768;
   int64_t max_pixels = 768 * 1344;
   int64_t reference_image_short_edge = 2048;
+  int64_t vae_spatial_ratio = kVaeSpatialRatio;
+  int64_t multiple = kCanvasMultiple;  // vae_spatial_ratio * kDitPatch
 };
+
+// `config` with the VAE's spatial ratio and the canvas multiple it implies (ratio x patch).
+CanvasConfig canvas_config_for_vae(CanvasConfig config, int64_t vae_spatial_ratio);
 
 struct Canvas {
   int64_t height = 0;
@@ -43,20 +53,22 @@ double round_half_even(double x);
 
 // `resolve_canvas_size(aspect_w, aspect_h)` (h3_components_spec.md §4.3): the short edge set to
 // config.short_edge, scaled down to config.max_pixels when larger, each edge rounded to a multiple
-// of 32 (round-half-even, at least 32). The ratio must lie in [1/4, 4].
+// of config.multiple (32 released; round-half-even, at least one multiple). The ratio must lie in
+// [1/4, 4].
 Canvas resolve_canvas_size(double aspect_width, double aspect_height,
                            const CanvasConfig& config = {});
 
 // Ref2VA image canvas (h3_dit_spec.md §4.5): scale = short_edge / min(w, h), each side
-// max(32, round(side*scale/32)*32); the image must lie within 1:4 and 4:1.
-Canvas resolve_reference_image_size(int64_t width, int64_t height, int64_t short_edge);
+// max(m, round(side*scale/m)*m) with m the canvas multiple (32 released); the image must lie
+// within 1:4 and 4:1.
+Canvas resolve_reference_image_size(int64_t width, int64_t height, int64_t short_edge,
+                                    int64_t multiple = kCanvasMultiple);
 
-// The target canvas of a request: explicit height/width must come together, be positive multiples
-// of 32 and divisible by the VAE's spatial ratio; otherwise the canvas of the default aspect.
+// The target canvas of a request: explicit height/width must come together and be positive
+// multiples of config.multiple (32 released); otherwise the canvas of the default aspect.
 Canvas resolve_target_canvas(std::optional<int64_t> height, std::optional<int64_t> width,
                              double default_aspect_width, double default_aspect_height,
-                             const CanvasConfig& config = {},
-                             int64_t vae_spatial_ratio = kVaeSpatialRatio);
+                             const CanvasConfig& config = {});
 
 // Rounds up to the next 17n + 5 (`align_num_frames`). Throws for frames < 1.
 int64_t align_num_frames(int64_t num_frames);
@@ -92,8 +104,8 @@ struct TargetGeometry {
   int64_t width = 0;
   int64_t num_frames = 0;     // 17n + 5
   int64_t latent_frames = 0;  // 5n + 2
-  int64_t latent_height = 0;  // height / 16
-  int64_t latent_width = 0;   // width / 16
+  int64_t latent_height = 0;  // height / the VAE's spatial ratio (16 released)
+  int64_t latent_width = 0;   // width / the VAE's spatial ratio
   int64_t audio_latents = 0;  // N_a
   int64_t rows_per_frame() const { return (latent_height / 2) * (latent_width / 2); }
   int64_t video_rows() const { return latent_frames * rows_per_frame(); }

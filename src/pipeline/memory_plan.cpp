@@ -348,11 +348,11 @@ uint64_t conditioner_work(const nlohmann::json& cfg, int64_t text_tokens, int64_
 
 // Video VAE decode (models/video_vae/video_vae_model.cpp decode_clip, h3_components_spec.md
 // §2.6-§2.8): the tiles of one temporal window are decoded in batches sized as the model sizes
-// them (its own per-tile estimate, decoder_activation_bytes, within min(4 GiB, free / 2) on CUDA,
-// one tile at a time on the CPU); plus the window's decoded tiles and stitched clip, and the whole
+// them (video_vae::auto_tile_batch on CUDA, one tile at a time on the CPU, or the batch asked for:
+// PlanOptions::vae_tile_batch); plus the window's decoded tiles and stitched clip, and the whole
 // video in the decoder's dtype (what a non-streaming decode holds).
 uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometry& g, bool cuda,
-                         bool f16, uint64_t device_free) {
+                         bool f16, uint64_t device_free, int64_t tile_batch) {
   const int64_t r = c.spatial_ratio();
   const video_vae::TileAxis ya = video_vae::split_tiles(g.latent_height * r, 256, 64, r);
   const video_vae::TileAxis xa = video_vae::split_tiles(g.latent_width * r, 256, 64, r);
@@ -365,9 +365,10 @@ uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometr
   const int64_t per_tile = video_vae::decoder_activation_bytes(c, gd, rows_per_tile);
   const int64_t count = static_cast<int64_t>(ya.starts.size() * xa.starts.size());
   int64_t limit = 1;
-  if (cuda) {
-    const int64_t budget = std::min<int64_t>(4LL << 30, static_cast<int64_t>(device_free / 2));
-    limit = std::clamp<int64_t>(budget / std::max<int64_t>(per_tile, 1), 1, count);
+  if (tile_batch > 0) {
+    limit = std::min(tile_batch, count);
+  } else if (cuda) {
+    limit = video_vae::auto_tile_batch(c, gd, count, rows_per_tile, device_free);
   }
   const int64_t batches = (count + limit - 1) / limit;
   const int64_t per_batch = (count + batches - 1) / batches;
@@ -584,18 +585,18 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
       });
 
   // ---- working memory per stage ----
-  const TargetGeometry g = make_target_geometry(
-      Canvas{r.height, r.width}, align_num_frames(std::max<int64_t>(r.num_frames, 1)));
-  const int64_t video_rows = g.video_rows() + need.images * g.rows_per_frame();
-  const int64_t rows = r.text_tokens + video_rows + g.audio_rows();
-  const int64_t patch = cfg_int(cfg_obj(te_cfg, "vision_config"), "patch_size", 16);
-  const int64_t patches = need.vision ? need.images * (r.height / patch) * (r.width / patch) : 0;
   video_vae::VideoVaeConfig vcfg;
   try {
     vcfg = video_vae::VideoVaeConfig::from_json(config_of(repo, "vae"), "vae/config.json");
   } catch (const Error&) {
     // The loader reports a malformed config with its own message; the plan uses released values.
   }
+  const TargetGeometry g = make_target_geometry(
+      Canvas{r.height, r.width}, align_num_frames(std::max<int64_t>(r.num_frames, 1)), vcfg.spatial_ratio());
+  const int64_t video_rows = g.video_rows() + need.images * g.rows_per_frame();
+  const int64_t rows = r.text_tokens + video_rows + g.audio_rows();
+  const int64_t patch = cfg_int(cfg_obj(te_cfg, "vision_config"), "patch_size", 16);
+  const int64_t patches = need.vision ? need.images * (r.height / patch) * (r.width / patch) : 0;
   const nlohmann::json& a_cfg = config_of(repo, "audio_vae");
   c.stages.push_back(
       {"conditioner", 0,
@@ -609,7 +610,7 @@ Counted count(const io::Repository& repo, const PlanOptions& o, uint64_t device_
        dit_work(config_of(repo, c.dit_name), rows, video_rows, g.audio_rows(), o.dit_bf16 ? 2 : 4,
                 /*eager=*/o.dit_bf16 && !o.dit_fused_rounding, o.vsa_attention)});
   c.stages.push_back(
-      {"vae decode", 2, vae_decode_work(vcfg, g, cuda, cuda && o.vae_f16_gemm, device_free)});
+      {"vae decode", 2, vae_decode_work(vcfg, g, cuda, cuda && o.vae_f16_gemm, device_free, o.vae_tile_batch)});
   c.stages.push_back({"audio decode", 3, audio_decode_work(a_cfg, g.audio_latents)});
   return c;
 }

@@ -138,6 +138,7 @@ struct PlanOptions {
   bool conditioner_fp8 = false;  // --text-encoder-dtype fp8: the decoder layers' projections too
   bool conditioner_bf16 = false;
   bool vae_f16_gemm = false;
+  int64_t vae_tile_batch = 0;  // --vae-tile-batch (0: automatic, as the video VAE decides)
   // The DiT forward's shape of working memory: the engine runs bf16 with eager rounding
   // (DitRounding::kEager, more temporaries than the fused ops) and dense or VSA-H3 attention.
   bool dit_fused_rounding = false;

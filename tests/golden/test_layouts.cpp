@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/repo.h"
+#include "pipeline/generate.h"
 #include "pipeline/geometry.h"
 #include "pipeline/packing.h"
 #include "pipeline/scheduler.h"
@@ -256,9 +258,12 @@ PackedLayout e2e_layout(const test::GoldenCase& c, const io::SafetensorsFile& f)
   const std::string workflow = meta.at("workflow").get<std::string>();
   const pipeline::FrameCount fc =
       pipeline::resolve_num_frames(meta.at("num_frames").get<int64_t>(), true);
+  // The checkpoint the case ran with sets the canvas multiple and the latent grid (its VAE's ratio).
+  const pipeline::CanvasConfig cc =
+      pipeline::repository_canvas_config(io::Repository::open(test::Golden::get()->checkpoint_dir()));
   const pipeline::Canvas canvas = pipeline::resolve_target_canvas(
-      meta.at("height").get<int64_t>(), meta.at("width").get<int64_t>(), 16, 9);
-  const pipeline::TargetGeometry g = pipeline::make_target_geometry(canvas, fc.frames);
+      meta.at("height").get<int64_t>(), meta.at("width").get<int64_t>(), 16, 9, cc);
+  const pipeline::TargetGeometry g = pipeline::make_target_geometry(canvas, fc.frames, cc.vae_spatial_ratio);
   const LatentGrid target{g.latent_frames, g.latent_height, g.latent_width};
   const std::vector<int64_t> text_tags = i64_of(f, "text_token_tags");
   if (workflow == "ref2va") {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "io/repo.h"
+#include "pipeline/generate.h"
 #include "media/image_io.h"
 #include "media/reference_media.h"
 #include "support/golden.h"
@@ -20,16 +21,10 @@ namespace h3 {
 namespace {
 
 // Canvas settings of the checkpoint the e2e cases ran with: the pipeline configuration in its
-// index (the shared tiny checkpoint shrinks them to 64 / 8192 / 64), the release's where absent.
+// index (the shared tiny checkpoint shrinks them to 64 / 8192 / 64), the release's where absent,
+// and the canvas multiple of its VAE.
 pipeline::CanvasConfig checkpoint_canvas_config() {
-  const io::Repository repo = io::Repository::open(test::Golden::get()->checkpoint_dir());
-  const std::string file = repo.index_file();
-  pipeline::CanvasConfig c;
-  c.short_edge = io::config_int_or(repo.pipeline_config(), "canvas_short_edge", file, c.short_edge);
-  c.max_pixels = io::config_int_or(repo.pipeline_config(), "canvas_max_pixels", file, c.max_pixels);
-  c.reference_image_short_edge = io::config_int_or(repo.pipeline_config(), "reference_image_short_edge",
-                                                   file, c.reference_image_short_edge);
-  return c;
+  return pipeline::repository_canvas_config(io::Repository::open(test::Golden::get()->checkpoint_dir()));
 }
 
 // Counts differing bytes between two uint8 tensors of equal shape and prints the figure.
@@ -105,7 +100,7 @@ TEST(MediaGolden, ReferenceVideoFramesAndImages) {
       if (f->has(pre + "image") && f->has(out + "image")) {
         const media::RgbImage img = media::image_from_tensor(f->tensor(pre + "image"), pre + "image");
         const media::RgbImage got =
-            media::normalize_reference_image(img, canvas_config.reference_image_short_edge);
+            media::normalize_reference_image(img, canvas_config.reference_image_short_edge, canvas_config.multiple);
         expect_bytes_equal(c.file + ":" + out + "image", media::image_to_tensor(got),
                            f->tensor(out + "image"));
         ++images;

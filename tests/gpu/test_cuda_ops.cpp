@@ -255,9 +255,9 @@ TEST(CudaFusion, Fp8BiasInEpilogueMatchesTheFloat32Accumulator) {
   }
 }
 
-// The vectorized per-token quantization of bf16 rows against the scalar kernel it replaces
-// (H3_FUSE_FP8_QUANT_VEC=0): the same arithmetic, so the same bytes and scales, outliers, a NaN
-// row and an all-zero row included.
+// The vectorized per-token quantization of bf16 (DiT) and f16 (video VAE decoder) rows against
+// the scalar kernel it replaces (H3_FUSE_FP8_QUANT_VEC=0): the same arithmetic, so the same bytes
+// and scales, outliers, a NaN row and an all-zero row included.
 TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
   H3_REQUIRE_CUDA();
   const int64_t m = 37, k = 1032;  // k % 8 == 0, not a multiple of the block's 256 threads x 8
@@ -266,17 +266,20 @@ TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
   for (int64_t c = 0; c < k; ++c) v[static_cast<size_t>(3 * k + c)] = 0.0f;
   v[static_cast<size_t>(5 * k + 17)] = std::nanf("");
   v[static_cast<size_t>(6 * k + 3)] = INFINITY;
-  const Tensor x = to_gpu(Tensor::from_f32(v, {m, k}, DType::kBF16));
-  ASSERT_TRUE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
-  const ops::Fp8Activation vec = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
-  ops::Fp8Activation plain;
-  {
-    ScopedEnv off("H3_FUSE_FP8_QUANT_VEC", "0");
-    ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
-    plain = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = to_gpu(Tensor::from_f32(v, {m, k}, dt));
+    ASSERT_TRUE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
+    const ops::Fp8Activation vec = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+    ops::Fp8Activation plain;
+    {
+      ScopedEnv off("H3_FUSE_FP8_QUANT_VEC", "0");
+      ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
+      plain = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+    }
+    EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
+    EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "row scales differ";
   }
-  EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
-  EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "row scales differ";
 }
 
 TEST(CudaAttention, FlashAgreesWithGenericAndIsDeterministic) {

@@ -12,6 +12,8 @@
 #include <iterator>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "io/safetensors.h"
 #include "pipeline/generate.h"
 #include "support/cli.h"
@@ -123,6 +125,45 @@ TEST(CliGenerate, TinyT2vaWritesMp4WithVideoAndAudio) {
 }
 #endif
 
+// A VAE that compresses 8x (`make-tiny --vae-spatial-ratio 8`, factors 2, 2, 2, 1, 1, 1): as the
+// reference derives both from the VAE's config, canvases come in multiples of 16 (48x80 runs, 40
+// does not) and the latent grid is twice as fine (48x80 -> 6x10 latents, 3x5 patches per latent
+// frame); frames come out at the requested size.
+TEST(CliGenerate, VaeSpatialRatioEightSetsTheCanvasMultipleAndTheLatentGrid) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = tmp.path() / "model8";
+  RunResult r = run_h3("make-tiny --vae-spatial-ratio 8 " + shell_quote(model.string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path receipt = tmp.path() / "receipt.json";
+  auto request = [&](const std::string& size, const fs::path& out) {
+    return "generate --model " + shell_quote(model.string()) + " --prompt 'a red circle bounces' " + size +
+           " --num-frames 22 --steps 3 --seed 1 --allow-any-duration --device cpu --out " +
+           shell_quote(out.string()) + " --receipt " + shell_quote(receipt.string());
+  };
+  const fs::path out = tmp.path() / "clip.mp4";
+  r = run_h3(request("--height 48 --width 80", out));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(fs::exists(out));
+  std::ifstream in(receipt);
+  const nlohmann::json rc = nlohmann::json::parse(in).at("values");
+  EXPECT_EQ(rc.at("height").get<int64_t>(), 48);
+  EXPECT_EQ(rc.at("width").get<int64_t>(), 80);
+  // 7 latent frames x 15 patches of video, 2 x 37 audio latents, then the prompt's tokens.
+  EXPECT_EQ(rc.at("packed_rows").get<int64_t>() - rc.at("text_tokens").get<int64_t>(), 7 * 15 + 2 * 37) << rc.dump();
+  EXPECT_EQ(rc.at("vae_tile_batch").get<int64_t>(), 1);  // one 256 px tile covers the canvas
+
+  const fs::path bad = tmp.path() / "bad.mp4";
+  r = run_h3(request("--height 40 --width 80", bad));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "multiples of 16")) << r.output;
+  EXPECT_FALSE(fs::exists(bad));
+
+  r = run_h3("make-tiny --vae-spatial-ratio 4 " + shell_quote((tmp.path() / "model4").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "--vae-spatial-ratio")) << r.output;
+}
+
 // --dit-dtype fp8 on the CPU runs the E4M3 emulation: the generation completes, says so in its
 // receipt, and gives another clip than the default DiT (the option takes effect end to end).
 TEST(CliGenerate, DitDtypeFp8RunsAndChangesTheClip) {
@@ -200,6 +241,7 @@ TEST(CliGenerate, BadRequestsFailBeforeWritingAnything) {
       {" --dit-dtype fp16", "--dit-dtype"},
       {" --vae-attention fast", "--vae-attention: unknown attention kernel 'fast'"},
       {" --vae-attention hopper", "--vae-attention hopper is not available on cpu"},
+      {" --vae-tile-batch -1", "--vae-tile-batch"},
   };
   for (const Case& c : cases) {
     const RunResult r = run_h3(small_request(model, out) + c.extra);

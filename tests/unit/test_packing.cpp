@@ -62,6 +62,27 @@ TEST(Geometry, CanvasRules) {
   }
 }
 
+// The canvas multiple follows the VAE (the reference's `canvas_multiple` = spatial compression x
+// the DiT patch): 16 for a VAE that compresses 8x, with the latent grid it implies.
+TEST(Geometry, CanvasMultipleFollowsTheVaeRatio) {
+  const CanvasConfig c8 = canvas_config_for_vae(CanvasConfig{64, 8192, 64}, 8);
+  EXPECT_EQ(c8.vae_spatial_ratio, 8);
+  EXPECT_EQ(c8.multiple, 16);
+  EXPECT_EQ(canvas_config_for_vae(CanvasConfig{}, 16).multiple, kCanvasMultiple);
+  EXPECT_EQ(resolve_canvas_size(16, 9, c8), (Canvas{64, 112}));  // 113.8 px wide: 7 x 16, not 4 x 32
+  EXPECT_EQ(resolve_target_canvas(48, 80, 16, 9, c8), (Canvas{48, 80}));
+  EXPECT_THROW(resolve_target_canvas(40, 80, 16, 9, c8), Error);
+  EXPECT_THROW(resolve_target_canvas(48, 80, 16, 9), Error);  // the release's multiple is 32
+  EXPECT_EQ(resolve_reference_image_size(40, 24, 64, 16), (Canvas{64, 112}));
+  const TargetGeometry g = make_target_geometry({48, 80}, 22, 8);
+  EXPECT_EQ(g.latent_height, 6);
+  EXPECT_EQ(g.latent_width, 10);
+  EXPECT_EQ(g.rows_per_frame(), 15);
+  EXPECT_THROW(make_target_geometry({48, 80}, 22, 16), Error);
+  EXPECT_THROW(canvas_config_for_vae(CanvasConfig{}, 0), Error);
+  EXPECT_THROW(resolve_reference_image_size(40, 24, 64, 0), Error);
+}
+
 TEST(Geometry, ReferenceImageCanvas) {
   // Golden README: a 40x24 image at short edge 64 -> 96x64 (W x H).
   EXPECT_EQ(resolve_reference_image_size(40, 24, 64), (Canvas{64, 96}));

@@ -17,6 +17,12 @@
 # (split into train-tiny.tar.aa, .ab, ...: the machine's return path drops deep folders and
 # large files; `cat train-tiny.tar.* | tar -x` joins them). With H3_BIN set to an h3 binary,
 # an exported repository is then evaluated on the GPU (`h3 eval tiny --device cuda`).
+#
+# A call that runs past its time limit loses what was not copied out, and the machine keeps
+# nothing between leases: so WORK is packed into $OUT again after every finished part, and each
+# part's log is appended to $OUT/progress.log as it is written. Budget a call as the parts' time
+# limits plus about 40 s per part (imports, loading and encoding the clips, the held-out checks)
+# plus 35 s for the clips on a fresh machine.
 set -euo pipefail
 if [ $# -lt 4 ]; then
   sed -n '2,14p' "$0" >&2
@@ -46,6 +52,15 @@ python3 tools/train_tiny/train.py data --data "$DATA" --count "$COUNT" --data-se
 cp "$FEATURES/prompts.json" "$FEATURES/prompt_features.safetensors" "$DATA/"
 
 mkdir -p "$WORK"
+# WORK (without the repository copy of an unfinished export) into $OUT, replacing the last copy.
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  rm -f "$OUT"/train-tiny.tar.*
+  # In 15 MiB pieces: the machine's return path takes files of at most 16 MiB.
+  tar -cf - --exclude=./repo.tmp -C "$WORK" . | split -b 15m - "$OUT/train-tiny.tar."
+}
+progress=/dev/null
+[ -n "${OUT:-}" ] && progress=$OUT/progress.log
 status=0
 for part in "$@"; do
   case $part in
@@ -58,10 +73,12 @@ for part in "$@"; do
   echo "=== $part ($steps steps, seed $SEED) ==="
   # shellcheck disable=SC2086
   if ! python3 tools/train_tiny/train.py "$part" --repo "$REPO" --data "$DATA" --out "$WORK" \
-      --steps "$steps" --time-budget "$budget" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 | tee "$WORK/$part.log"; then
+      --steps "$steps" --time-budget "$budget" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 |
+      tee "$WORK/$part.log" | tee -a "$progress"; then
     status=1
     break
   fi
+  pack
 done
 
 if [ $status = 0 ] && [ -n "${H3_BIN:-}" ] && [ -d "$WORK/repo" ]; then
@@ -71,8 +88,7 @@ if [ $status = 0 ] && [ -n "${H3_BIN:-}" ] && [ -d "$WORK/repo" ]; then
 fi
 
 if [ -n "${OUT:-}" ]; then
-  # In 15 MiB pieces: the machine's return path takes files of at most 16 MiB.
-  tar -cf - --exclude=./repo.tmp -C "$WORK" . | split -b 15m - "$OUT/train-tiny.tar."
+  pack
   du -sh "$WORK"/* "$OUT"/train-tiny.tar.* || true
 fi
 exit $status

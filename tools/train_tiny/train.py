@@ -66,8 +66,14 @@ ROPE_SPATIAL_SCALE = 32
 SIZES = {
     "make-tiny": {"vae": {}, "audio_vae": {}, "dit": {}},
     "train": {
+        # Spatial ratio 8 (three 2x stages, not the release's four): at 16, a 14-20 px shape is one
+        # latent token and one DiT patch vector covers a 32 x 32 px block, 2 x 4 of them per frame.
+        # Runs 2-9 at 16 kept colour and motion in reconstructions but never the shape (0.29-0.46
+        # of held-out clips, chance 0.33), whatever the decoder's width or loss; the DiT learned
+        # the colour and the tone, not the motion. The reference derives the decoder's patch and
+        # the pipeline's latent grid from these factors, so the engine runs it unchanged.
         "vae": {"block_out_channels": [16, 32, 32, 64, 64, 64], "decoder_num_attention_heads": 6,
-                "decoder_num_layers": 3},
+                "decoder_num_layers": 3, "spatial_downsample_factors": [2, 2, 2, 1, 1, 1]},
         # Seven 2x-halving upsamplers from make-tiny's 128 channels leave 1 channel at 32 kHz, and
         # a first run with them learned silence (held-out SNR 0 dB). Four stages (x10, x8, x5, x2)
         # end at 8 channels for about the same parameter count.
@@ -78,7 +84,7 @@ SIZES = {
 }
 # Fields a size preset may change; everything else of a component's config is make-tiny's.
 RESIZABLE = {
-    "vae": {"block_out_channels", "decoder_num_attention_heads", "decoder_num_layers",
+    "vae": {"block_out_channels", "decoder_num_attention_heads", "decoder_num_layers", "spatial_downsample_factors",
             "decoder_attention_head_dim", "layers_per_block", "norm_num_groups"},
     "audio_vae": {"encoder_dim", "decoder_dim", "latent_dim", "num_attention_heads", "decoder_rates",
                   "decoder_kernel_sizes"},
@@ -651,15 +657,18 @@ def video_psnr(vae, frames_gpu, device, batch=8):
     return float(torch.cat(vals).mean())
 
 
-def video_probe(vae, held, device, batch=8):
+def video_probe(vae, held, device, batch=8, sheet=None, sheet_clips=12):
     """Share of held-out clips whose reconstruction (posterior mode) keeps the colour, shape and
     motion that probe_clip reads: the DiT cannot draw what the decoder cannot, so this bounds
-    what `h3 eval tiny` can reach with these VAE weights."""
+    what `h3 eval tiny` can reach with these VAE weights. With `sheet`, also writes a PNG of the
+    first `sheet_clips` clips, each clip's frames above their reconstruction: what the probe's
+    numbers cannot say (faint, blurred or displaced objects, border artifacts)."""
     import numpy as np
     import torch
 
     frames = torch.from_numpy(held["frames"]).to(device)
     hits = np.zeros(3)
+    recs = []
     with torch.no_grad():
         for s in range(0, frames.shape[0], batch):
             x, _ = to_pixels(frames[s:s + batch], device)
@@ -668,6 +677,12 @@ def video_probe(vae, held, device, batch=8):
             for k in range(rec.shape[0]):
                 got = probe_clip(rec[k], held["audio"][s + k])[:3]
                 hits += np.array(got) == held["attrs"][s + k]
+                if len(recs) < sheet_clips:
+                    recs.append(rec[k])
+    if sheet is not None and recs:
+        pairs = [c for k, r in enumerate(recs) for c in (held["frames"][k], r)]
+        with open(sheet, "wb") as f:
+            f.write(png_bytes(contact_sheet(pairs)))
     n = frames.shape[0]
     return {name: float(h / n) for name, h in zip(("colour", "shape", "motion"), hits)}
 
@@ -819,8 +834,9 @@ def part_vae(args, log):
     vae.eval()
     record["heldout_psnr"] = video_psnr(vae, torch.from_numpy(held["frames"]).to(device), device)
     log("vae: held-out reconstruction PSNR %.2f dB (posterior mode)" % record["heldout_psnr"])
-    record["probe"] = video_probe(vae, held, device)
-    log("vae: held-out reconstructions keep %s" % record["probe"])
+    os.makedirs(part_dir(args.out, "vae"), exist_ok=True)
+    record["probe"] = video_probe(vae, held, device, sheet=os.path.join(part_dir(args.out, "vae"), "reconstructions.png"))
+    log("vae: held-out reconstructions keep %s (reconstructions.png: each clip above its reconstruction)" % record["probe"])
     if args.decoder_only:
         # The encoder did not change: its latents' statistics (and the DiT trained on them) stand.
         record["latents_mean"], record["latents_std"] = cfg["latents_mean"], cfg["latents_std"]
@@ -1036,7 +1052,7 @@ class Layouts:
 
 
 def encode_all(vae, vcfg, avae, acfg, data, device, batch=16):
-    """Normalized latents of every clip, packed as the pipeline packs them: video rows [N, 96, 96]
+    """Normalized latents of every clip, packed as the pipeline packs them: video rows [N, rows, 96]
     (patchify of (z - mean) / std, posterior mode) and channel-major audio rows [N, 130, 32]."""
     import torch
 
@@ -1427,7 +1443,7 @@ def main(argv):
     ap.add_argument("--kl", type=float, default=None, help="KL weight (VAEs; KL is a mean per latent element)")
     ap.add_argument("--decoder-only", action="store_true",
                     help="vae: keep WORK/parts/vae's encoder (and latent space), train a fresh decoder at --size")
-    ap.add_argument("--edge-weight", type=float, default=0.0,
+    ap.add_argument("--edge-weight", type=float, default=2.0,
                     help="vae: weight of an L1 loss on spatial differences (sharper edges)")
     ap.add_argument("--fg-weight", type=float, default=4.0, help="extra loss weight of object pixels (vae)")
     ap.add_argument("--audio-crop", type=int, default=20, help="audio_vae: training crop in latent frames (800 samples)")

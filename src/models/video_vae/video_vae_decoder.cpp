@@ -1,5 +1,6 @@
 #include "models/video_vae/video_vae_decoder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <vector>
@@ -116,6 +117,24 @@ int64_t decoder_activation_bytes(const VideoVaeConfig& c, DType gd, int64_t rows
   // Float32 stream: x, its norm, the promoted branch, the LayerScale product, the sum (5 x d);
   // GEMM dtype: n1, q, k, v, normed q/k, o, attn (8 x d), ff_in (2F), SwiGLU (F), ff_out (d).
   return rows * (5 * d * 4 + (9 * d + 3 * f) * es);
+}
+
+namespace {
+// The activation budget of an automatic tile batch on CUDA: 4 tiles of 1,797 rows at the release's
+// 256 px tiles (228 MB each by decoder_activation_bytes), 7,188 rows per GEMM, already enough to
+// fill the GPU. On one H200 at 1344x768x124 (`h3 bench vae`, bench/RESULTS.md) batches of 4 took
+// 3.892 s and batches of 14 (a 4 GiB budget) 3.851 s, while the pool's high-water mark fell from
+// 9.45 to 8.10 GiB (weights and the float32 video included); the streamed decode of `h3 generate`
+// then stays under the reference's 7.0 GB.
+constexpr int64_t kAutoTileBatchBudget = 1LL << 30;
+}  // namespace
+
+int64_t auto_tile_batch(const VideoVaeConfig& config, DType gemm_dtype, int64_t tiles, int64_t rows_per_tile,
+                        uint64_t device_free) {
+  if (tiles <= 1) return 1;
+  const int64_t budget = std::min<int64_t>(kAutoTileBatchBudget, static_cast<int64_t>(device_free / 2));
+  const int64_t per_tile = std::max<int64_t>(1, decoder_activation_bytes(config, gemm_dtype, rows_per_tile));
+  return std::clamp<int64_t>(budget / per_tile, 1, tiles);
 }
 
 std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const DecoderWeights& wt, DType gd,

@@ -68,5 +68,10 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& config, const De
 // Bytes of activations one decoder forward of `rows` token rows keeps alive at its peak, an upper
 // estimate used to size tile batches (float32 stream plus the GEMM-dtype FFN and attention inputs).
 int64_t decoder_activation_bytes(const VideoVaeConfig& config, DType gemm_dtype, int64_t rows);
+// The automatic tile batch on CUDA (VideoVaeOptions::tile_batch = 0): as many tiles as fit
+// min(kAutoTileBatchBudget, device_free / 2) at decoder_activation_bytes(rows_per_tile) each, at
+// least 1 and at most `tiles`. The memory planner sizes the decode stage with the same rule.
+int64_t auto_tile_batch(const VideoVaeConfig& config, DType gemm_dtype, int64_t tiles, int64_t rows_per_tile,
+                        uint64_t device_free);
 
 }  // namespace h3::video_vae

@@ -73,10 +73,6 @@ class ScopedSeconds {
   double t0_;
 };
 
-// The activation budget of an automatic tile batch on CUDA: enough rows for the GEMMs to fill the
-// GPU (about 14 tiles of 1,797 rows at the release's 256 px tiles) without growing the decode's peak
-// memory by more than a few GiB.
-constexpr int64_t kAutoTileBatchBudget = 4LL << 30;
 
 }  // namespace
 
@@ -226,10 +222,9 @@ int64_t VideoVae::resolve_tile_batch(int64_t tiles, int64_t rows_per_tile) const
   if (!options_.device.is_cuda()) return 1;
   size_t free_b = 0, total_b = 0;
   cuda_memory_info(options_.device.index, &free_b, &total_b);
-  const int64_t budget = std::min<int64_t>(kAutoTileBatchBudget, static_cast<int64_t>(free_b / 2));
-  const int64_t per_tile = std::max<int64_t>(1, decoder_activation_bytes(config_, decoder_dtype(), rows_per_tile));
-  return std::clamp<int64_t>(budget / per_tile, 1, tiles);
+  return auto_tile_batch(config_, decoder_dtype(), tiles, rows_per_tile, free_b);
 }
+
 
 Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const {
   H3_CHECK(weights_.has_decoder, ErrorCode::kInvalidArgument,
@@ -239,6 +234,7 @@ Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const
   const DecoderAttention attn{options_.attention, &attention_used_};
   if (!options_.use_tiling) {
     if (profile) profile->tile_batch = std::max<int64_t>(profile->tile_batch, 1);
+    tile_batch_used_ = std::max<int64_t>(tile_batch_used_, 1);
     return decoder_forward(config_, weights_.decoder, gd, z, dp, attn);
   }
   const int64_t r = config_.spatial_ratio();
@@ -265,6 +261,7 @@ Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const
   const int64_t batches = (count + limit - 1) / limit;
   const int64_t per_batch = (count + batches - 1) / batches;
   if (profile) profile->tile_batch = std::max(profile->tile_batch, per_batch);
+  tile_batch_used_ = std::max(tile_batch_used_, per_batch);
   std::vector<Tensor> decoded;
   for (int64_t b0 = 0; b0 < count; b0 += per_batch) {
     const int64_t b1 = std::min(count, b0 + per_batch);

@@ -120,6 +120,8 @@ class VideoVae {
   // The tile batch decode_clip uses for `tiles` tiles of `rows_per_tile` token rows (see
   // VideoVaeOptions::tile_batch).
   int64_t resolve_tile_batch(int64_t tiles, int64_t rows_per_tile) const;
+  // The largest tile batch the last decode used (0 before any; 1 without tiling).
+  int64_t tile_batch_used() const { return tile_batch_used_; }
 
   // ---- latent normalization (§2.2), float32 on the input's device ----
   Tensor normalize_latents(const Tensor& z) const;      // (z - mean) / std per channel (dim 1)
@@ -136,7 +138,9 @@ class VideoVae {
   // Written by decodes (a const operation); decodes of one model never run concurrently, since
   // they share its device stream and weights.
   mutable ops::AttentionKernel attention_used_ = ops::AttentionKernel::kAuto;
+  mutable int64_t tile_batch_used_ = 0;
 };
+
 
 // ---- pixels and posterior (§2.2, §2.4; pipeline facts 6 and 9) ---------------------------------
 

@@ -90,21 +90,26 @@ __global__ void quantize_rows_kernel(const void* x, int xt, int64_t k, const uns
   }
 }
 
-// quantize_rows_kernel for bf16 activations per token with k % 8 == 0 on 16-byte aligned rows:
-// eight values per load and eight E4M3 bytes per store. The arithmetic is the same, value for
-// value (amax, scale, IEEE division, rounding), so are the bits; the scalar kernel's loads and
-// byte stores made it several times slower than the memory it moves.
-__global__ void quantize_rows_bf16x8_kernel(const __nv_bfloat16* x, int64_t k, uint8_t* q,
-                                            float* scale) {
+// Two 16-bit values as floats (exact for both formats).
+__device__ __forceinline__ float2 pair_to_float2(const __nv_bfloat162& h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 pair_to_float2(const __half2& h) { return __half22float2(h); }
+
+// quantize_rows_kernel for 16-bit (bf16: the DiT; f16: the video VAE's autocast decoder)
+// activations per token with k % 8 == 0 on 16-byte aligned rows: eight values per load and eight
+// E4M3 bytes per store. The arithmetic is the same, value for value (amax, scale, IEEE division,
+// rounding), so are the bits; the scalar kernel's loads and byte stores made it several times
+// slower than the memory it moves. Pair: __nv_bfloat162 or __half2.
+template <typename Pair>
+__global__ void quantize_rows_x8_kernel(const void* x, int64_t k, uint8_t* q, float* scale) {
   const int64_t row = blockIdx.x, nv = k / 8;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + row * k);
   float m = 0.0f;
   for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
     const uint4 u = xr[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    const Pair* h = reinterpret_cast<const Pair*>(&u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
+      const float2 f = pair_to_float2(h[j]);
       m = nan_max(nan_max(m, fabsf(f.x)), fabsf(f.y));
     }
   }
@@ -113,11 +118,11 @@ __global__ void quantize_rows_bf16x8_kernel(const __nv_bfloat16* x, int64_t k, u
   uint2* qr = reinterpret_cast<uint2*>(q + row * k);
   for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
     const uint4 u = xr[i];  // the row again, from L1/L2: the first pass brought it in
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    const Pair* h = reinterpret_cast<const Pair*>(&u);
     uint32_t lo = 0, hi = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
+      const float2 f = pair_to_float2(h[j]);
       const uint32_t pair = static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.x, s))) |
                             (static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.y, s))) << 8);
       if (j < 2) lo |= pair << (16 * j);
@@ -179,7 +184,8 @@ void require_float(const Tensor& t, const char* op, const char* name) {
 }  // namespace
 
 bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act) {
-  return act == Fp8ActScaling::kPerToken && x.dtype() == DType::kBF16 && x.dim() >= 1 &&
+  return act == Fp8ActScaling::kPerToken && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) &&
+         x.dim() >= 1 &&
          x.size(-1) % 8 == 0 && x.is_contiguous() &&
          reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && fusion_enabled("FP8_QUANT_VEC");
 }
@@ -203,9 +209,12 @@ void quantize_rows(const Tensor& x, int64_t rows, int64_t k, Fp8ActScaling act, 
   }
   const bool vec = q && scale && !fq && reinterpret_cast<uintptr_t>(q) % 8 == 0 &&
                    quantizes_vectorized(x, act);
-  if (vec) {
-    quantize_rows_bf16x8_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
-        static_cast<const __nv_bfloat16*>(x.raw()), k, q, scale);
+  if (vec && x.dtype() == DType::kBF16) {
+    quantize_rows_x8_kernel<__nv_bfloat162>
+        <<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(x.raw(), k, q, scale);
+  } else if (vec) {
+    quantize_rows_x8_kernel<__half2>
+        <<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(x.raw(), k, q, scale);
   } else {
     quantize_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, current_stream()>>>(
         x.raw(), dtype_code(x.dtype()), k,

@@ -42,7 +42,7 @@ std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8We
                                              int max_configs, int iters,
                                              Fp8SearchStats* stats = nullptr);
 
-// Whether quantize_activation_fp8 takes the vectorized kernel for x (bf16 rows per token, k a
+// Whether quantize_activation_fp8 takes the vectorized kernel for x (bf16 or f16 rows per token, k a
 // multiple of 8, 16-byte aligned; H3_FUSE_FP8_QUANT_VEC=0 turns it off): the same bits either way.
 bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act);
 
