@@ -73,7 +73,6 @@ class ScopedSeconds {
   double t0_;
 };
 
-
 }  // namespace
 
 const char* precision_name(VaePrecision p) {
@@ -224,7 +223,6 @@ int64_t VideoVae::resolve_tile_batch(int64_t tiles, int64_t rows_per_tile) const
   cuda_memory_info(options_.device.index, &free_b, &total_b);
   return auto_tile_batch(config_, decoder_dtype(), tiles, rows_per_tile, free_b);
 }
-
 
 Tensor VideoVae::decode_clip(const Tensor& z, VideoDecodeProfile* profile) const {
   H3_CHECK(weights_.has_decoder, ErrorCode::kInvalidArgument,
