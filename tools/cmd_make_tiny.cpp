@@ -37,6 +37,8 @@ int run_make_tiny(const std::vector<std::string>& args) {
           "                      engine then runs it with the fasth3 preset)\n"
           "  --vae-spatial-ratio N  the video VAE compresses by N = 8 or 16 (default 16, as\n"
           "                      released): canvases then come in multiples of 2N\n"
+          "  --vae-latent-channels N  the video VAE's latent width (default 24, as released;\n"
+          "                      1-256); the DiT's in_channels follows it\n"
           "  --force             replace an existing MiniMax-H3 repository in DIR\n");
       return 0;
     }
@@ -57,6 +59,16 @@ int run_make_tiny(const std::vector<std::string>& args) {
       H3_CHECK(v == "8" || v == "16", h3::ErrorCode::kInvalidArgument,
                "--vae-spatial-ratio must be 8 or 16, got '", v, "'");
       opt.vae_spatial_ratio = std::stoll(v);
+    } else if (a == "--vae-latent-channels") {
+      H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument,
+               "--vae-latent-channels needs a value");
+      const std::string& v = args[++i];
+      const bool digits =
+          !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t n = digits ? std::stoll(v) : 0;
+      H3_CHECK(n >= 1 && n <= 256, h3::ErrorCode::kInvalidArgument,
+               "--vae-latent-channels must be an integer in [1, 256], got '", v, "'");
+      opt.vae_latent_channels = n;
     } else if (!a.empty() && a[0] == '-') {
       h3::fail(h3::ErrorCode::kInvalidArgument, "unknown option '", a,
                "' (see h3 make-tiny --help)");

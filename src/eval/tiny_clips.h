@@ -53,14 +53,14 @@ inline constexpr std::array<Rgb, 2> kBackgroundRgb = {Rgb{24, 24, 24}, Rgb{216, 
 
 // Sizes (pixels, float64) and sound.
 inline constexpr double kMargin = 3.0;     // the whole shape stays this far inside the frame
-inline constexpr double kMinSize = 14.0;   // shape size s: circle diameter, square side,
-inline constexpr double kMaxSize = 20.0;   // triangle base and height (apex up)
+inline constexpr double kMinSize = 22.0;   // shape size s: circle diameter, square side,
+inline constexpr double kMaxSize = 30.0;   // triangle base and height (apex up)
 inline constexpr double kMinMoveX = 40.0;  // total displacement over the clip, left/right
 inline constexpr double kMaxMoveX = 80.0;
-inline constexpr double kMinMoveY = 24.0;  // up/down
-inline constexpr double kMaxMoveY = 34.0;
-inline constexpr double kMinBounceHeight = 22.0;  // apex height above the floor contact
-inline constexpr double kMaxBounceHeight = 34.0;
+inline constexpr double kMinMoveY = 20.0;  // up/down
+inline constexpr double kMaxMoveY = 28.0;
+inline constexpr double kMinBounceHeight = 20.0;  // apex height above the floor contact
+inline constexpr double kMaxBounceHeight = 28.0;
 inline constexpr double kMinBouncePeriod = 0.5;  // frames between contacts, times (F - 1)
 inline constexpr double kMaxBouncePeriod = 0.75;
 inline constexpr double kMinEndPhase = 0.2;    // bounce phase (0 = contact) at the first and last

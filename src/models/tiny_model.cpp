@@ -822,6 +822,16 @@ void write_repository(const fs::path& root, const std::string& repo_name,
       for (int64_t i = 0, r = opt.vae_spatial_ratio; i < 6; ++i, r /= 2) f.push_back(r > 1 ? 2 : 1);
       config["spatial_downsample_factors"] = f;
     }
+    if (opt.vae_latent_channels > 0) {
+      const int64_t n = opt.vae_latent_channels;
+      if (name == "vae") {
+        config["latent_channels"] = n;
+        config["latents_mean"] = latents_stats(opt.seed, "vae/latents_mean", n, true, released);
+        config["latents_std"] = latents_stats(opt.seed, "vae/latents_std", n, false, released);
+      } else if (name == "transformer" || name == "transformer_ref") {
+        config["in_channels"] = n;
+      }
+    }
     if (name == "scheduler" || name == "audio_scheduler") {
       write_json(folder / "scheduler_config.json", config);
       continue;
@@ -849,6 +859,11 @@ void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
            "make-tiny: the VAE's spatial ratio must be 8 or 16, got ", r);
   H3_CHECK(r == 0 || !opt.released_shapes, ErrorCode::kInvalidArgument,
            "make-tiny: a VAE spatial ratio is for tiny repositories, not --released-shapes");
+  const int64_t lc = opt.vae_latent_channels;
+  H3_CHECK(lc >= 0 && lc <= 256, ErrorCode::kInvalidArgument,
+           "make-tiny: the VAE's latent channels must be in [1, 256], got ", lc);
+  H3_CHECK(lc == 0 || !opt.released_shapes, ErrorCode::kInvalidArgument,
+           "make-tiny: VAE latent channels are for tiny repositories, not --released-shapes");
   std::error_code ec;
   fs::path target = fs::absolute(dir, ec).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();  // trailing slash

@@ -38,6 +38,9 @@ struct MakeTinyOptions {
   // the engine requires). The reference builds the same VAE from these config fields; the canvas
   // multiple becomes 16. Tiny only.
   int64_t vae_spatial_ratio = 0;
+  // The video VAE's latent channels: 0 keeps the release's 24. The DiT's (and the reference DiT's)
+  // in_channels follow, as the reference pairs them. Tiny only.
+  int64_t vae_latent_channels = 0;
 };
 
 // `dir` must not exist or be an empty folder. Throws h3::Error naming the path on failure (and

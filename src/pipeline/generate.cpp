@@ -12,6 +12,7 @@
 #include "media/qwen_processor.h"
 #include "media/reference_media.h"
 #include "models/audio_vae/audio_vae_model.h"
+#include "models/h3_dit/dit_config.h"
 #include "models/h3_dit/dit_graph.h"
 #include "models/h3_dit/dit_model.h"
 #include "models/qwen3_vl/qwen3_vl_model.h"
@@ -273,6 +274,9 @@ struct Generation::State {
   std::vector<Tensor> audio_cond_rows;
   PackedLayout layout;
   LatentGrid grid;
+  // The latents' widths, from the VAEs' configs (checked against the DiT's in prepare).
+  int64_t latent_channels = kLatentChannels;
+  int64_t audio_latent_channels = kAudioLatentChannels;
   DualSchedule sched;
   Tensor video_rows, audio_rows;
   int64_t ncv = 0, nca = 0;
@@ -346,6 +350,27 @@ void Generation::prepare() {
   for (const std::string& name : needed)
     H3_CHECK(repo.has(name), ErrorCode::kNotFound, "repository ", repo.root(),
              " has no component '", name, "' (needed for ", workflow, ")");
+  // The reference sizes its latents from the VAEs' configs and builds the DiT from its own; a
+  // repository whose two disagree would fail deep in the first forward, so say which files here.
+  {
+    const std::string dit_name = workflow == "ref2va" ? "transformer_ref" : "transformer";
+    const std::string dit_dir = repo.component(dit_name).folder;
+    const dit::DitConfig dc = dit::DitConfig::load(dit_dir);
+    g.latent_channels =
+        video_vae::VideoVaeConfig::load(repo.component("vae").folder).latent_channels;
+    g.audio_latent_channels =
+        audio_vae::AudioVaeConfig::load(repo.component("audio_vae").folder).latent_channels;
+    H3_CHECK(dc.in_channels == g.latent_channels, ErrorCode::kInvalidFile, dit_dir,
+             "/config.json: in_channels is ", dc.in_channels,
+             " but the video VAE's latent_channels (", repo.component("vae").folder,
+             "/config.json) is ", g.latent_channels,
+             "; the DiT and the VAE must come from the same model");
+    H3_CHECK(dc.audio_in_channels == g.audio_latent_channels, ErrorCode::kInvalidFile, dit_dir,
+             "/config.json: audio_in_channels is ", dc.audio_in_channels,
+             " but the audio VAE's latent_channels (", repo.component("audio_vae").folder,
+             "/config.json) is ", g.audio_latent_channels,
+             "; the DiT and the audio VAE must come from the same model");
+  }
   // Default aspect: 16:9, or the first keyframe's own (§4.3).
   double aw = 16.0, ah = 9.0;
   if (workflow == "fl2va") {
@@ -462,9 +487,9 @@ void Generation::encode() {
       VisualCondition& vc = pm.visual[i];
       vc.latent = inj->condition_latents[i].to(Device::cpu()).to(DType::kF32).contiguous();
       H3_CHECK(
-          vc.latent.dim() == 5 && vc.latent.size(0) == 1 && vc.latent.size(1) == kLatentChannels,
-          ErrorCode::kInvalidArgument, "injected condition latent ", i,
-          " must be [1, 24, T, h, w], got ", vc.latent.desc());
+          vc.latent.dim() == 5 && vc.latent.size(0) == 1 && vc.latent.size(1) == g.latent_channels,
+          ErrorCode::kInvalidArgument, "injected condition latent ", i, " must be [1, ",
+          g.latent_channels, ", T, h, w], got ", vc.latent.desc());
       vc.vae_frames.clear();
     }
   } else if (!pm.visual.empty()) {
@@ -491,10 +516,10 @@ void Generation::encode() {
              " tensors, expected ", pm.audio_waveforms.size());
     for (const Tensor& t : inj->audio_condition_rows) {
       const Tensor rows = unbatch(t, 2).to(Device::cpu()).to(DType::kF32).contiguous();
-      H3_CHECK(rows.dim() == 2 && rows.size(1) == kAudioLatentChannels &&
+      H3_CHECK(rows.dim() == 2 && rows.size(1) == g.audio_latent_channels &&
                    rows.size(0) % kAudioChannels == 0,
-               ErrorCode::kInvalidArgument, "injected audio condition rows must be [2N, 32], got ",
-               rows.desc());
+               ErrorCode::kInvalidArgument, "injected audio condition rows must be [2N, ",
+               g.audio_latent_channels, "], got ", rows.desc());
       audio_cond_rows.push_back(rows);
     }
   } else if (!pm.audio_waveforms.empty()) {
@@ -526,9 +551,9 @@ void Generation::encode() {
     g.layout = build_packed_sequence(text_tags, g.grid, geo.audio_latents, pm.anchors);
   }
   g.sched = make_dual_schedule(g.request.num_inference_steps);
-  const Shape video_shape{1, kLatentChannels, geo.latent_frames, geo.latent_height,
+  const Shape video_shape{1, g.latent_channels, geo.latent_frames, geo.latent_height,
                           geo.latent_width};
-  const Shape audio_shape{geo.audio_rows(), kAudioLatentChannels};
+  const Shape audio_shape{geo.audio_rows(), g.audio_latent_channels};
   {
     auto s = rc.stage("draws");
     // One CPU generator: condition noise per visual condition, then the video noise, then the
@@ -641,7 +666,7 @@ void Generation::denoise() {
         const float* pv = vel.data<float>();
         const float k = 1.0f - vt;
         for (int64_t j = 0; j < x0.numel(); ++j) px[j] += k * pv[j];
-        g.options.on_preview(i, steps, unpatchify_video(x0, kLatentChannels, g.grid));
+        g.options.on_preview(i, steps, unpatchify_video(x0, g.latent_channels, g.grid));
       }
       const Tensor vnew = sched.video.step(i, vel, vgen);
       const Tensor anew = sched.audio.step(i, a.slice(0, nca, na).contiguous(),
@@ -658,7 +683,7 @@ void Generation::denoise() {
     rc.set("cuda_graph_capture_ms", runner.capture_ms());
   }
   result.latents = unpatchify_video(video_rows.slice(0, ncv, video_rows.size(0)).contiguous(),
-                                    kLatentChannels, g.grid);
+                                    g.latent_channels, g.grid);
   result.audio_latents = unpack_audio_rows(
       audio_rows.slice(0, nca, audio_rows.size(0)).contiguous(), g.geo.audio_latents);
   g.peak_end("denoise");

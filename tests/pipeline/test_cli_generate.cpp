@@ -46,10 +46,10 @@ size_t entries(const fs::path& d) {
   return static_cast<size_t>(std::distance(fs::directory_iterator(d), fs::directory_iterator()));
 }
 
-// A tiny repository in `dir`/model, written by the binary itself.
-fs::path make_tiny(const fs::path& dir) {
+// A tiny repository in `dir`/model, written by the binary itself with make-tiny's `flags`.
+fs::path make_tiny(const fs::path& dir, const std::string& flags = "") {
   const fs::path model = dir / "model";
-  const RunResult r = run_h3("make-tiny " + shell_quote(model.string()));
+  const RunResult r = run_h3("make-tiny " + flags + " " + shell_quote(model.string()));
   EXPECT_EQ(r.status, 0) << r.output;
   return model;
 }
@@ -132,9 +132,8 @@ TEST(CliGenerate, TinyT2vaWritesMp4WithVideoAndAudio) {
 TEST(CliGenerate, VaeSpatialRatioEightSetsTheCanvasMultipleAndTheLatentGrid) {
   H3_REQUIRE_BIN();
   TempDir tmp;
-  const fs::path model = tmp.path() / "model8";
-  RunResult r = run_h3("make-tiny --vae-spatial-ratio 8 " + shell_quote(model.string()));
-  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path model = make_tiny(tmp.path(), "--vae-spatial-ratio 8");
+  RunResult r;
   const fs::path receipt = tmp.path() / "receipt.json";
   auto request = [&](const std::string& size, const fs::path& out) {
     return "generate --model " + shell_quote(model.string()) + " --prompt 'a red circle bounces' " + size +
@@ -162,6 +161,46 @@ TEST(CliGenerate, VaeSpatialRatioEightSetsTheCanvasMultipleAndTheLatentGrid) {
   r = run_h3("make-tiny --vae-spatial-ratio 4 " + shell_quote((tmp.path() / "model4").string()));
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.output, "--vae-spatial-ratio")) << r.output;
+}
+
+// The latents' width comes from the VAE's config and the DiT's in_channels, as in the reference:
+// a model with 64 latent channels generates (its latents come back 64 wide), and one whose DiT
+// and VAE disagree is refused before anything runs, naming both configs.
+TEST(CliGenerate, VaeLatentChannelsSetTheLatentWidth) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = make_tiny(tmp.path(), "--vae-latent-channels 64");
+  RunResult r = run_h3("info " + shell_quote(model.string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path out = tmp.path() / "clip.mp4", latents = tmp.path() / "latents.safetensors";
+  r = run_h3(small_request(model, out) + " --save-latents " + shell_quote(latents.string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(fs::exists(out));
+  const auto saved = io::SafetensorsFile::open(latents.string());
+  const Shape v = saved->tensor("latents").shape();
+  ASSERT_EQ(v.size(), 5u);
+  EXPECT_EQ(v[1], 64);
+
+  // The DiT of another model: in_channels 24 against the VAE's 64.
+  {
+    std::ifstream in(model / "transformer" / "config.json");
+    nlohmann::json c = nlohmann::json::parse(in);
+    c["in_channels"] = 24;
+    std::ofstream(model / "transformer" / "config.json") << c.dump(2);
+  }
+  const fs::path bad = tmp.path() / "bad.mp4";
+  r = run_h3(small_request(model, bad));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "in_channels is 24")) << r.output;
+  EXPECT_TRUE(contains(r.output, "latent_channels")) << r.output;
+  EXPECT_FALSE(fs::exists(bad));
+
+  for (const char* v : {"0", "257", "x"}) {
+    r = run_h3(std::string("make-tiny --vae-latent-channels ") + v + " " +
+               shell_quote((tmp.path() / "m").string()));
+    EXPECT_NE(r.status, 0) << v;
+    EXPECT_TRUE(contains(r.output, "--vae-latent-channels")) << r.output;
+  }
 }
 
 // --dit-dtype fp8 on the CPU runs the E4M3 emulation: the generation completes, says so in its

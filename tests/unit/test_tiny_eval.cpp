@@ -210,10 +210,10 @@ TEST(TinyEvalClips, SameBytesAsThePythonGenerator) {
     const char* prompt;
   };
   const Ref refs[] = {
-      {0, false, {}, 0xdc6728875fb8ef2eull, 3.270065, 2087.742998, "a yellow circle bounces"},
-      {1, true, attrs(2, 2, 4), 0x71dbfd723246bb2cull, 1.627906, 2080.371345,
+      {0, false, {}, 0x94421cde3fa68697ull, 3.270065, 2087.742998, "a yellow circle bounces"},
+      {1, true, attrs(2, 2, 4), 0xbcb22637179cd3fcull, 1.627906, 2080.371345,
        "a blue triangle bounces"},
-      {2, true, attrs(3, 1, 2), 0xb5f1a97fa8e87546ull, 0.0, 2071.984221,
+      {2, true, attrs(3, 1, 2), 0x7e27add974f57611ull, 0.0, 2071.984221,
        "a yellow square moves up"},
   };
   for (const Ref& r : refs) {

@@ -34,10 +34,10 @@ MOTIONS = ["left", "right", "up", "down", "bounce"]
 BACKGROUND_RGB = [(24, 24, 24), (216, 216, 216)]
 
 MARGIN = 3.0
-MIN_SIZE, MAX_SIZE = 14.0, 20.0
+MIN_SIZE, MAX_SIZE = 22.0, 30.0
 MIN_MOVE_X, MAX_MOVE_X = 40.0, 80.0
-MIN_MOVE_Y, MAX_MOVE_Y = 24.0, 34.0
-MIN_BOUNCE_HEIGHT, MAX_BOUNCE_HEIGHT = 22.0, 34.0
+MIN_MOVE_Y, MAX_MOVE_Y = 20.0, 28.0
+MIN_BOUNCE_HEIGHT, MAX_BOUNCE_HEIGHT = 20.0, 28.0
 MIN_BOUNCE_PERIOD, MAX_BOUNCE_PERIOD = 0.5, 0.75  # times (FRAMES - 1)
 MIN_END_PHASE = 0.2
 TONE_AMPLITUDE = 0.2
@@ -293,9 +293,9 @@ def self_check():
 # (frame FNV-1a 64, audio sum, audio sum of squares, prompt) of REFERENCE_CLIPS, as the C++
 # renderer computes them too (tests/unit/test_tiny_eval.cpp).
 EXPECTED_DIGESTS = [
-    (0xDC6728875FB8EF2E, 3.270065, 2087.742998, "a yellow circle bounces"),
-    (0x71DBFD723246BB2C, 1.627906, 2080.371345, "a blue triangle bounces"),
-    (0xB5F1A97FA8E87546, -0.000000, 2071.984221, "a yellow square moves up"),
+    (0x94421CDE3FA68697, 3.270065, 2087.742998, "a yellow circle bounces"),
+    (0xBCB22637179CD3FC, 1.627906, 2080.371345, "a blue triangle bounces"),
+    (0x7E27ADD974F57611, -0.000000, 2071.984221, "a yellow square moves up"),
 ]
 
 
