@@ -350,7 +350,11 @@ uint64_t conditioner_work(const nlohmann::json& cfg, int64_t text_tokens, int64_
 // §2.6-§2.8): the tiles of one temporal window are decoded in batches sized as the model sizes
 // them (video_vae::auto_tile_batch on CUDA, one tile at a time on the CPU, or the batch asked for:
 // PlanOptions::vae_tile_batch); plus the window's decoded tiles and stitched clip, and the whole
-// video in the decoder's dtype (what a non-streaming decode holds).
+// video in the decoder's dtype (what a non-streaming decode holds: the engine plans before it knows
+// whether a request streams). Under the float16 autocast that video is widened to float32 at the
+// end (VideoVae::decode_assembled), and both copies are live then. At the released size with 4
+// tiles this comes to 3.70 GB; `h3 bench vae` measured the pool's high-water mark at 3.85 GB above
+// the weights for that decode and 1.12 GB for the streamed one (bench/RESULTS.md, 2026-12-04).
 uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometry& g, bool cuda,
                          bool f16, uint64_t device_free, int64_t tile_batch) {
   const int64_t r = c.spatial_ratio();
@@ -377,7 +381,8 @@ uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometr
   const int64_t tiles_px = count * 3 * window_frames * (tile_h * r) * (tile_w * r) * es;
   const int64_t clip_px = 3 * window_frames * g.height * g.width * es;
   const int64_t video_px = 3 * g.num_frames * g.height * g.width * es;
-  return static_cast<uint64_t>(per_batch * per_tile + tiles_px + clip_px + video_px);
+  const int64_t widened = es < 4 ? 3 * g.num_frames * g.height * g.width * 4 : 0;
+  return static_cast<uint64_t>(per_batch * per_tile + tiles_px + clip_px + video_px + widened);
 }
 
 // Video VAE encode (fl2va keyframes: one frame; ref2va video references: clips of clip_length

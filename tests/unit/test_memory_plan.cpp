@@ -288,11 +288,14 @@ TEST_F(MemoryPlanTest, StagePeaksAreNamedFigures) {
   EXPECT_LT(plan_memory(repo, o).stage("denoise")->work_bytes,
             p.stage("denoise")->work_bytes * 7 / 10);
   // The video decode: batches of 4 tiles within the 1 GiB automatic budget (228 MB of activations
-  // per 1,797-row tile), the window's pixels and the video. Asking for 14 (--vae-tile-batch 14)
-  // adds ten tiles' activations.
+  // per 1,797-row tile), the window's pixels and the video in float16 and widened to float32. On
+  // one H200 this decode's memory pool rose 3.85 GB above the weights (`h3 bench vae`,
+  // bench/RESULTS.md 2026-12-04); the plan stays within a tenth of that (its reserve covers the
+  // rest). Asking for 14 tiles (--vae-tile-batch 14) adds ten tiles' activations.
   const uint64_t vae4 = p.stage("vae decode")->work_bytes;
-  EXPECT_GT(vae4, 1.5 * kGB);
-  EXPECT_LT(vae4, 3 * kGB);
+  const uint64_t video16 = 3ULL * 124 * 768 * 1344 * 2;
+  EXPECT_GT(vae4, video16 * 3 + 4 * 228000000ULL);  // float16 and float32 videos, 4 tiles' work
+  EXPECT_NEAR(static_cast<double>(vae4), 3.85 * kGB, 0.385 * kGB);
   PlanOptions o14 = o;
   o14.dit_fused_rounding = false;
   o14.vae_tile_batch = 14;
