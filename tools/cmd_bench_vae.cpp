@@ -7,14 +7,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "command.h"
-#include "core/device.h"
-#include "core/status.h"
 #include "core/cuda_stream.h"
+#include "core/device.h"
+#include "core/part_timer.h"
+#include "core/status.h"
 #include "models/audio_vae/audio_vae_model.h"
 #include "models/video_vae/video_vae_assembly.h"
 #include "models/video_vae/video_vae_model.h"
@@ -78,29 +80,37 @@ void print_help() {
       "usage: h3 bench vae [options]\n\n"
       "Decodes random latents with a video VAE of deterministic random weights and reports the\n"
       "time and peak memory. Default: released dimensions (36-layer ViT decoder, width 2048) and\n"
-      "the 1344x768x124 request (latents 37x48x84), released tiling (256 px tiles, >= 64 px overlap).\n\n"
+      "the 1344x768x124 request (latents 37x48x84), released tiling (256 px tiles, >= 64 px "
+      "overlap).\n\n"
       "  --device D        cuda, cuda:N or cpu (default: cuda when available)\n"
       "  --precision P     f16-autocast (the reference's CUDA recipe; default on cuda) or f32\n"
-      "  --small           tiny dimensions (the golden tiny-h3 VAE) and latents 7x24x40 (384x640x22):\n"
+      "  --small           tiny dimensions (the golden tiny-h3 VAE) and latents 7x24x40 "
+      "(384x640x22):\n"
       "                    a decode that runs on a CPU in seconds\n"
-      "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for 5n+2)\n"
+      "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for "
+      "5n+2)\n"
       "  --no-tiling       decode whole windows without spatial tiles\n"
-      "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: automatic,\n"
+      "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: "
+      "automatic,\n"
       "                    as many as a 1 GiB activation budget allows on CUDA, 4 at the released\n"
       "                    tiles; 1: one at a time)\n"
       "  --vae-attention K the decoder's attention kernel: auto (default), hopper, mma or generic\n"
-      "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also decodes\n"
+      "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also "
+      "decodes\n"
       "                    with the f16 weights and reports the PSNR per frame between the two\n"
       "  --profile         one more decode with the device synchronized at every stage boundary,\n"
-      "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, blend)\n"
+      "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, "
+      "blend)\n"
       "  --stream          time the streaming decode of h3 generate instead (each window's frames\n"
       "                    made uint8 on the device and copied to the host as they finish), with\n"
       "                    the latency to the first finished frames\n"
       "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
       "  --seed N          weight and latent seed (default 0)\n"
       "  --audio-vae DIR   also decode the request's audio latents with the audio VAE of DIR (a\n"
-      "                    component folder, e.g. the audio_vae/ of `h3 make-tiny --released-shapes`;\n"
-      "                    random weights filled at load) and report its time beside the video's\n");
+      "                    component folder, e.g. the audio_vae/ of `h3 make-tiny "
+      "--released-shapes`;\n"
+      "                    random weights filled at load) and report its time beside the video's;\n"
+      "                    with --profile also where the audio decode's time goes, pass by pass\n");
 }
 
 vv::VideoVaeConfig small_config() {
@@ -416,6 +426,32 @@ int run_bench_vae(const std::vector<std::string>& args) {
     std::printf("| audio decode seconds (best of %d; 2 x %lld latents -> %s on the host) | %.3f |\n", a.repeat,
                 static_cast<long long>(na), h3::shape_str(wave.shape()).c_str(), abest);
     std::printf("| audio decode / video decode | %.3f |\n", abest / best);
+    if (a.profile) {
+      // One more decode with every pass marked by events on the stream (no synchronization
+      // between them): where the audio decode's time goes.
+      h3::PartTimer timer(device);
+      std::map<std::string, double> parts;
+      const auto t0 = std::chrono::steady_clock::now();
+      timer.begin();
+      (void)avae.decode_normalized(zn, &timer);
+      const double total_ms =
+          1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      timer.collect(&parts);
+      std::printf("\nProfiled audio decode: %.1f ms\n\n| part | ms | share |\n|---|---|---|\n",
+                  total_ms);
+      double marked = 0.0;
+      for (const char* name :
+           {"latents to the device", av::kDecodePartInput, av::kDecodePartUpsample,
+            av::kDecodePartActUp, av::kDecodePartSnake, av::kDecodePartActDown,
+            av::kDecodePartResConv, av::kDecodePartSum, av::kDecodePartOutput}) {
+        const double ms = parts.count(name) ? parts.at(name) : 0.0;
+        marked += ms;
+        std::printf("| %s | %.1f | %.1f%% |\n", name, ms,
+                    total_ms > 0 ? 100.0 * ms / total_ms : 0.0);
+      }
+      std::printf("| waveform to the host and clamp | %.1f | %.1f%% |\n", total_ms - marked,
+                  total_ms > 0 ? 100.0 * (total_ms - marked) / total_ms : 0.0);
+    }
   }
   if (a.profile) {
     const vv::DecoderProfile& d = prof.decoder;

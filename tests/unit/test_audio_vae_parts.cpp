@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/part_timer.h"
 #include "core/status.h"
 #include "io/safetensors.h"
 #include "models/audio_vae/audio_vae_config.h"
@@ -262,6 +265,30 @@ TEST(AudioVaeModel, ShapesPaddingAndClamp) {
   const Tensor z = Tensor::from_f32(std::vector<float>(32 * 3, 0.25f), {1, 32, 3});
   const std::vector<float> back = vae->denormalize_latents(vae->normalize_latents(z)).to_f32_vector();
   for (float v : back) EXPECT_NEAR(v, 0.25f, 1e-6f);
+}
+
+// A timed decode (h3 bench vae --profile) gives the same waveform, bit for bit, and marks every
+// kind of pass the decoder makes.
+TEST(AudioVaeModel, TimedDecodeIsTheSameDecodeWithItsParts) {
+  AUDIO_VAE_OR_SKIP(vae);
+  std::vector<float> z(2 * 32 * 3);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = std::sin(0.37f * static_cast<float>(i));
+  const Tensor zn = Tensor::from_f32(z, {2, 32, 3});
+  const std::vector<float> plain = vae->decode_normalized(zn).to_f32_vector();
+  PartTimer timer(Device::cpu());
+  timer.begin();
+  const std::vector<float> timed = vae->decode_normalized(zn, &timer).to_f32_vector();
+  std::map<std::string, double> parts;
+  timer.collect(&parts);
+  ASSERT_EQ(plain.size(), timed.size());
+  EXPECT_EQ(std::memcmp(plain.data(), timed.data(), plain.size() * sizeof(float)), 0);
+  for (const char* name :
+       {kDecodePartInput, kDecodePartUpsample, kDecodePartActUp, kDecodePartSnake,
+        kDecodePartActDown, kDecodePartResConv, kDecodePartSum, kDecodePartOutput}) {
+    ASSERT_TRUE(parts.count(name)) << name;
+    EXPECT_GE(parts.at(name), 0.0) << name;
+  }
+  EXPECT_EQ(parts.size(), 9u);  // the parts above and the latents' upload
 }
 
 TEST(AudioVaeModel, CheckpointMustMatchConfig) {

@@ -20,9 +20,13 @@ Tensor replicate_pad(const Tensor& x, int left, int right) {
   return ops::pad3d(x, pads, ops::PadMode::kReplicate);
 }
 
+void mark(PartTimer* timer, const char* part) {
+  if (timer) timer->mark(part);
+}
+
 }  // namespace
 
-Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x) {
+Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x, PartTimer* timer) {
   const int64_t channels = x.size(1), length = x.size(2);
   const int64_t k = a.up_filter.size(2);
   const int64_t r = kAliasRatio;
@@ -38,34 +42,46 @@ Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x) {
   up.f64_accumulate = true;
   h = ops::conv_transpose1d(h, a.up_filter, nullptr, up);  // filter already scaled by r
   h = ops::copy(h.slice(2, crop_left, crop_left + r * length));
+  mark(timer, kDecodePartActUp);
   h = ops::snake_beta(h, a.log_alpha, a.log_beta);
+  mark(timer, kDecodePartSnake);
   // DownSample1d (LowPassFilter1d): replicate-pad k/2 - 1 left (even k) and k/2 right, stride r.
   const int64_t left = k / 2 - (k % 2 == 0 ? 1 : 0), right = k / 2;
   h = replicate_pad(h, static_cast<int>(left), static_cast<int>(right));
-  return ops::conv1d(h, a.down_filter, nullptr,
-                     {.stride = static_cast<int>(r), .padding = 0, .dilation = 1, .groups = groups,
-                      .f64_accumulate = true});
+  h = ops::conv1d(h, a.down_filter, nullptr,
+                  {.stride = static_cast<int>(r),
+                   .padding = 0,
+                   .dilation = 1,
+                   .groups = groups,
+                   .f64_accumulate = true});
+  mark(timer, kDecodePartActDown);
+  return h;
 }
 
-Tensor amp_block(const AmpBlockWeights& w, const Tensor& x) {
+Tensor amp_block(const AmpBlockWeights& w, const Tensor& x, PartTimer* timer) {
   const int k = static_cast<int>(w.kernel);
   Tensor h = x;
   for (size_t j = 0; j < w.dilations.size(); ++j) {
     const int d = static_cast<int>(w.dilations[j]);
-    Tensor t = anti_aliased_snake_beta(w.acts[2 * j], h);
+    Tensor t = anti_aliased_snake_beta(w.acts[2 * j], h, timer);
     t = conv(t, w.convs1[j], {.stride = 1, .padding = (k * d - d) / 2, .dilation = d});
-    t = anti_aliased_snake_beta(w.acts[2 * j + 1], t);
+    mark(timer, kDecodePartResConv);
+    t = anti_aliased_snake_beta(w.acts[2 * j + 1], t, timer);
     t = conv(t, w.convs2[j], {.stride = 1, .padding = (k - 1) / 2});
+    mark(timer, kDecodePartResConv);
     h = ops::add(t, h);
+    mark(timer, kDecodePartSum);
   }
   return h;
 }
 
-Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* trace) {
+Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* trace,
+                        PartTimer* timer) {
   Tensor h = conv(z, w.in_proj, {});
   if (trace) trace->dec_in_proj_out = h;
   h = conv(h, w.conv_pre, {.stride = 1, .padding = 3});
   if (trace) trace->conv_pre_out = h;
+  mark(timer, kDecodePartInput);
   const size_t levels = w.ups.size();
   const size_t per_level = levels ? w.resblocks.size() / levels : 0;
   H3_ASSERT(per_level * levels == w.resblocks.size() && per_level >= 1);
@@ -76,14 +92,22 @@ Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* t
     up.f64_accumulate = true;
     h = ops::conv_transpose1d(h, w.ups[i].w, w.ups[i].bias(), up);
     if (trace) trace->ups_out.push_back(h);
-    Tensor sum = amp_block(w.resblocks[i * per_level], h);
-    for (size_t j = 1; j < per_level; ++j) sum = ops::add(sum, amp_block(w.resblocks[i * per_level + j], h));
+    mark(timer, kDecodePartUpsample);
+    Tensor sum = amp_block(w.resblocks[i * per_level], h, timer);
+    for (size_t j = 1; j < per_level; ++j) {
+      const Tensor b = amp_block(w.resblocks[i * per_level + j], h, timer);
+      sum = ops::add(sum, b);
+      mark(timer, kDecodePartSum);
+    }
     // The reference divides the sum by the number of kernels; x * (1/n) differs from x / n by at
     // most one float32 rounding.
     h = ops::scale(sum, 1.0f / static_cast<float>(per_level));
+    mark(timer, kDecodePartSum);
   }
-  h = anti_aliased_snake_beta(w.act_post, h);
-  return conv(h, w.conv_post, {.stride = 1, .padding = 3});
+  h = anti_aliased_snake_beta(w.act_post, h, timer);
+  h = conv(h, w.conv_post, {.stride = 1, .padding = 3});
+  mark(timer, kDecodePartOutput);
+  return h;
 }
 
 }  // namespace h3::audio_vae

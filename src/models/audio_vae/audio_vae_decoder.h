@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "core/part_timer.h"
 #include "core/tensor.h"
 #include "models/audio_vae/audio_vae_weights.h"
 
@@ -21,13 +22,28 @@ struct DecodeTrace {
 // Activation1d(SnakeBeta) (§3.4): replicate-pad, depthwise transposed conv by the ratio with the
 // low-pass filter (x ratio), centre crop to ratio*L, SnakeBeta, replicate-pad, depthwise strided
 // low-pass conv back to L. x [B, C, L] -> [B, C, L].
-Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x);
+// `timer` (h3 bench vae --profile) marks each pass as one of the parts decode_unclamped names.
+Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x,
+                               PartTimer* timer = nullptr);
 
 // AMPBlock1: for each dilation d_j, x += conv2_j(act(conv1_j(act(x)))) (§3.4).
-Tensor amp_block(const AmpBlockWeights& w, const Tensor& x);
+Tensor amp_block(const AmpBlockWeights& w, const Tensor& x, PartTimer* timer = nullptr);
+
+// The parts a timed decode reports, in decode order.
+inline constexpr const char* kDecodePartInput = "input convs (in_proj, conv_pre)";
+inline constexpr const char* kDecodePartUpsample = "upsamplers (transposed convs)";
+inline constexpr const char* kDecodePartActUp =
+    "activation: 2x up-filter (pad, transposed conv, crop)";
+inline constexpr const char* kDecodePartSnake = "activation: SnakeBeta";
+inline constexpr const char* kDecodePartActDown = "activation: down-filter (pad, strided conv)";
+inline constexpr const char* kDecodePartResConv = "AMP block convs";
+inline constexpr const char* kDecodePartSum = "residual adds and kernel average";
+inline constexpr const char* kDecodePartOutput = "conv_post";
 
 // z [B, latent_channels, T] (denormalized latents) -> [B, 1, hop*T] before the output clamp, on the
-// weights' device.
-Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* trace = nullptr);
+// weights' device. With `timer`, every pass is marked as one of the kDecodePart* parts (the caller
+// begins and collects the stretch).
+Tensor decode_unclamped(const DecoderWeights& w, const Tensor& z, DecodeTrace* trace = nullptr,
+                        PartTimer* timer = nullptr);
 
 }  // namespace h3::audio_vae

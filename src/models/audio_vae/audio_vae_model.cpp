@@ -92,7 +92,7 @@ AudioPosterior AudioVae::encode(const Tensor& sample, EncodeTrace* trace) const 
   return encode_padded(config_, weights_.encoder, x, trace);
 }
 
-Tensor AudioVae::decode(const Tensor& z, DecodeTrace* trace) const {
+Tensor AudioVae::decode(const Tensor& z, DecodeTrace* trace, PartTimer* timer) const {
   H3_CHECK(weights_.has_decoder, ErrorCode::kInvalidArgument,
            "audio VAE decode: the model was loaded without its decoder");
   H3_CHECK(z.defined() && dtype_is_float(z.dtype()) && z.dim() == 3 &&
@@ -102,7 +102,9 @@ Tensor AudioVae::decode(const Tensor& z, DecodeTrace* trace) const {
            z.defined() ? z.desc() : std::string("<undefined>"));
   Tensor x = z.to(options_.device);
   if (x.dtype() != DType::kF32) x = ops::cast(x, DType::kF32);
-  const Tensor raw = decode_unclamped(weights_.decoder, ops::copy(x), trace);
+  x = ops::copy(x);
+  if (timer) timer->mark("latents to the device");
+  const Tensor raw = decode_unclamped(weights_.decoder, x, trace, timer);
   // torch.clamp(x, -1, 1) on the host: the waveform leaves the device here anyway.
   Tensor out = raw.to(Device::cpu()).contiguous().clone();
   float* d = out.data<float>();
@@ -126,7 +128,9 @@ Tensor AudioVae::encode_reference_rows(const Tensor& waveform) const {
   return latents_to_rows(normalize_latents(post.mean));
 }
 
-Tensor AudioVae::decode_normalized(const Tensor& zn) const { return decode(denormalize_latents(zn)); }
+Tensor AudioVae::decode_normalized(const Tensor& zn, PartTimer* timer) const {
+  return decode(denormalize_latents(zn), nullptr, timer);
+}
 
 Tensor latents_to_rows(const Tensor& latents) {
   H3_CHECK(latents.defined() && latents.dim() == 3, ErrorCode::kInvalidArgument,

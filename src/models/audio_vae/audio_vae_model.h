@@ -49,7 +49,9 @@ class AudioVae {
   // ---- decode (§3.4) ----
   // z [B, latent, T] denormalized latents, any device -> CPU float32 [B, 1, hop*T] clamped to
   // [-1, 1] (NaN is kept, as torch.clamp keeps it).
-  Tensor decode(const Tensor& z, DecodeTrace* trace = nullptr) const;
+  // With `timer`, the decoder's passes are marked as the kDecodePart* parts (the caller begins
+  // and collects; the clamp on the host is not a part).
+  Tensor decode(const Tensor& z, DecodeTrace* trace = nullptr, PartTimer* timer = nullptr) const;
 
   // ---- latent normalization (§3.5), CPU float32 ----
   Tensor normalize_latents(const Tensor& z) const;     // (z - mean) / std per channel (dim 1)
@@ -61,7 +63,7 @@ class AudioVae {
   Tensor encode_reference_rows(const Tensor& waveform) const;
   // Generated audio: normalized latents [B, latent, N] (B = 2 stereo channels) -> CPU float32
   // waveform [B, 1, hop*N] in [-1, 1].
-  Tensor decode_normalized(const Tensor& zn) const;
+  Tensor decode_normalized(const Tensor& zn, PartTimer* timer = nullptr) const;
 
  private:
   AudioVae() = default;
