@@ -80,37 +80,35 @@ void print_help() {
       "usage: h3 bench vae [options]\n\n"
       "Decodes random latents with a video VAE of deterministic random weights and reports the\n"
       "time and peak memory. Default: released dimensions (36-layer ViT decoder, width 2048) and\n"
-      "the 1344x768x124 request (latents 37x48x84), released tiling (256 px tiles, >= 64 px "
+      "the 1344x768x124 request (latents 37x48x84), released tiling (256 px tiles, >= 64 px\n"
       "overlap).\n\n"
       "  --device D        cuda, cuda:N or cpu (default: cuda when available)\n"
       "  --precision P     f16-autocast (the reference's CUDA recipe; default on cuda) or f32\n"
-      "  --small           tiny dimensions (the golden tiny-h3 VAE) and latents 7x24x40 "
-      "(384x640x22):\n"
-      "                    a decode that runs on a CPU in seconds\n"
-      "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5 for "
-      "5n+2)\n"
+      "  --small           tiny dimensions (the golden tiny-h3 VAE) and latents 7x24x40\n"
+      "                    (384x640x22): a decode that runs on a CPU in seconds\n"
+      "  --latents T,h,w   latent frames, rows and columns (pixels: 16h x 16w, frames 17n+5\n"
+      "                    for 5n+2)\n"
       "  --no-tiling       decode whole windows without spatial tiles\n"
-      "  --tile-batch N    tiles of a window decoded in one batched forward (default 0: "
-      "automatic,\n"
-      "                    as many as a 1 GiB activation budget allows on CUDA, 4 at the released\n"
-      "                    tiles; 1: one at a time)\n"
+      "  --tile-batch N    tiles of a window decoded in one batched forward (default 0:\n"
+      "                    automatic, as many as a 1 GiB activation budget allows on CUDA, 4 at\n"
+      "                    the released tiles; 1: one at a time)\n"
       "  --vae-attention K the decoder's attention kernel: auto (default), hopper, mma or generic\n"
-      "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also "
-      "decodes\n"
-      "                    with the f16 weights and reports the PSNR per frame between the two\n"
+      "  --vae-dtype D     f16 (default) or fp8: the decoder blocks' GEMMs in E4M3; then also\n"
+      "                    decodes with the f16 weights and reports the PSNR per frame between\n"
+      "                    the two\n"
       "  --profile         one more decode with the device synchronized at every stage boundary,\n"
-      "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch, "
-      "blend)\n"
+      "                    reporting seconds per stage (GEMMs, attention, norms, other, stitch,\n"
+      "                    blend)\n"
       "  --stream          time the streaming decode of h3 generate instead (each window's frames\n"
       "                    made uint8 on the device and copied to the host as they finish), with\n"
       "                    the latency to the first finished frames\n"
       "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
       "  --seed N          weight and latent seed (default 0)\n"
       "  --audio-vae DIR   also decode the request's audio latents with the audio VAE of DIR (a\n"
-      "                    component folder, e.g. the audio_vae/ of `h3 make-tiny "
-      "--released-shapes`;\n"
-      "                    random weights filled at load) and report its time beside the video's;\n"
-      "                    with --profile also where the audio decode's time goes, pass by pass\n");
+      "                    component folder, e.g. the audio_vae/ of `h3 make-tiny\n"
+      "                    --released-shapes`; random weights filled at load) and report its\n"
+      "                    time beside the video's; with --profile also where the audio\n"
+      "                    decode's time goes, pass by pass\n");
 }
 
 vv::VideoVaeConfig small_config() {
@@ -440,10 +438,7 @@ int run_bench_vae(const std::vector<std::string>& args) {
       std::printf("\nProfiled audio decode: %.1f ms\n\n| part | ms | share |\n|---|---|---|\n",
                   total_ms);
       double marked = 0.0;
-      for (const char* name :
-           {"latents to the device", av::kDecodePartInput, av::kDecodePartUpsample,
-            av::kDecodePartActUp, av::kDecodePartSnake, av::kDecodePartActDown,
-            av::kDecodePartResConv, av::kDecodePartSum, av::kDecodePartOutput}) {
+      for (const char* name : av::kDecodeParts) {
         const double ms = parts.count(name) ? parts.at(name) : 0.0;
         marked += ms;
         std::printf("| %s | %.1f | %.1f%% |\n", name, ms,

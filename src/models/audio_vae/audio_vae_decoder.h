@@ -4,6 +4,7 @@
 // composition of ops/ops.h over weights on one device.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "core/part_timer.h"
@@ -29,7 +30,8 @@ Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x,
 // AMPBlock1: for each dilation d_j, x += conv2_j(act(conv1_j(act(x)))) (§3.4).
 Tensor amp_block(const AmpBlockWeights& w, const Tensor& x, PartTimer* timer = nullptr);
 
-// The parts a timed decode reports, in decode order.
+// The parts a timed decode reports, in decode order (kDecodeParts lists them all).
+inline constexpr const char* kDecodePartLatents = "latents to the device";
 inline constexpr const char* kDecodePartInput = "input convs (in_proj, conv_pre)";
 inline constexpr const char* kDecodePartUpsample = "upsamplers (transposed convs)";
 inline constexpr const char* kDecodePartActUp =
@@ -39,6 +41,9 @@ inline constexpr const char* kDecodePartActDown = "activation: down-filter (pad,
 inline constexpr const char* kDecodePartResConv = "AMP block convs";
 inline constexpr const char* kDecodePartSum = "residual adds and kernel average";
 inline constexpr const char* kDecodePartOutput = "conv_post";
+inline constexpr std::array<const char*, 9> kDecodeParts = {
+    kDecodePartLatents, kDecodePartInput,   kDecodePartUpsample, kDecodePartActUp, kDecodePartSnake,
+    kDecodePartActDown, kDecodePartResConv, kDecodePartSum,      kDecodePartOutput};
 
 // z [B, latent_channels, T] (denormalized latents) -> [B, 1, hop*T] before the output clamp, on the
 // weights' device. With `timer`, every pass is marked as one of the kDecodePart* parts (the caller

@@ -103,7 +103,7 @@ Tensor AudioVae::decode(const Tensor& z, DecodeTrace* trace, PartTimer* timer) c
   Tensor x = z.to(options_.device);
   if (x.dtype() != DType::kF32) x = ops::cast(x, DType::kF32);
   x = ops::copy(x);
-  if (timer) timer->mark("latents to the device");
+  if (timer) timer->mark(kDecodePartLatents);
   const Tensor raw = decode_unclamped(weights_.decoder, x, trace, timer);
   // torch.clamp(x, -1, 1) on the host: the waveform leaves the device here anyway.
   Tensor out = raw.to(Device::cpu()).contiguous().clone();
