@@ -12,6 +12,8 @@ diffusers sources; no network), one part per call, each a few minutes:
     python3 tools/train_tiny/train.py prompts   --out-file prompts.json     (numpy-free; run anywhere)
     python3 tools/train_tiny/train.py self-check                            (numpy only; run anywhere)
 
+`--device cpu` with `--smoke` checks a part on a machine without a GPU (cpu_check/run.sh runs them all).
+
 TINY is a repository written by `h3 make-tiny`: its tokenizer, processor, schedulers, text encoder
 (random, frozen) and transformer_ref are kept as they are. The trained parts go to WORK/parts/<part>/
 (config.json, model.safetensors in float32, log.json); `export` assembles WORK/repo, the released
@@ -780,7 +782,7 @@ def part_vae(args, log):
     import numpy as np
     import torch
 
-    device = "cuda"
+    device = args.device
     seed_all(args.seed)
     if args.decoder_only:
         vae, cfg, kept = decoder_only_model(args, device, log)
@@ -822,7 +824,7 @@ def part_vae(args, log):
         x, x01 = to_pixels(frames[idx], device)
         # bf16 autocast (--vae-precision): 11.2 steps/s against 6.2 in float32 on one H200 at 16
         # clips, with cuDNN kept deterministic (bench/RESULTS.md); the losses are taken in float32.
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.vae_precision == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=args.vae_precision == "bf16" and device == "cuda"):
             with torch.set_grad_enabled(not args.decoder_only):
                 post = vae.encode(x).latent_dist
                 z = post.mean + post.std * torch.randn_like(post.mean)
@@ -913,7 +915,7 @@ def part_audio_vae(args, log):
     import numpy as np
     import torch
 
-    device = "cuda"
+    device = args.device
     seed_all(args.seed)
     avae, cfg = part_model(args, "audio_vae", Ref.AudioVAE, device)
     train = load_clips(args.data, "train", 32 if args.smoke else None)
@@ -1100,7 +1102,9 @@ def encode_all(vae, vcfg, avae, acfg, data, device, batch=16):
 def dit_forward(dit, lay, xv, xa, txt, timestep, tindices, precision):
     import torch
 
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+    # bf16 autocast on the GPU only: a --device cpu smoke check runs in float32.
+    cuda = xv.device.type == "cuda"
+    with torch.autocast(xv.device.type, dtype=torch.bfloat16, enabled=precision == "bf16" and cuda):
         v, a = dit(hidden_states=xv, audio_hidden_states=xa, encoder_hidden_states=txt, timestep=timestep,
                    timestep_indices=tindices, token_tags=lay["token_tags"], position_ids=lay["position_ids"],
                    video_indices=lay["video_indices"], audio_indices=lay["audio_indices"],
@@ -1187,7 +1191,7 @@ def part_dit(args, log):
     import numpy as np
     import torch
 
-    device = "cuda"
+    device = args.device
     seed_all(args.seed)
     vae, vcfg = load_part(args.out, "vae", Ref.VideoVAE, device)
     avae, acfg = load_part(args.out, "audio_vae", Ref.AudioVAE, device)
@@ -1472,6 +1476,8 @@ def main(argv):
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--audio-weight", type=float, default=1.0)
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16", help="dit autocast")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: float32, for a --smoke check of a part on a machine without a GPU")
     ap.add_argument("--vae-precision", choices=("bf16", "fp32"), default="bf16",
                     help="vae: autocast of the training steps (held-out checks and latent statistics in float32)")
     ap.add_argument("--sample-steps", type=int, default=50, help="grid points of the samples (dense preset: 50)")
@@ -1525,8 +1531,8 @@ def main(argv):
     import torch
 
     if args.part != "export":
-        if not torch.cuda.is_available():
-            raise SystemExit("%s: needs a CUDA device" % args.part)
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise SystemExit("%s: needs a CUDA device (--device cpu runs a --smoke check here, slowly)" % args.part)
         load_reference(args.anchor, log)
     return {"vae": part_vae, "audio_vae": part_audio_vae, "dit": part_dit, "export": part_export}[args.part](args, log)
 

@@ -1,0 +1,1 @@
+from . import tqdm  # noqa: F401
