@@ -370,6 +370,35 @@ Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_be
   return cpu::snake_beta(x, log_alpha, log_beta);
 }
 
+Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
+                               const Tensor& up_filter, const Tensor& down_filter, int ratio) {
+  const char* op = "anti_aliased_snake_beta";
+  const Device dev = check_devices(op, {{"x", &x},
+                                        {"log_alpha", &log_alpha},
+                                        {"log_beta", &log_beta},
+                                        {"up_filter", &up_filter},
+                                        {"down_filter", &down_filter}});
+  check_float(op, "x", x);
+  check_dims(op, "x", x, 3);
+  const int64_t c = x.size(1);
+  check_vector(op, "log_alpha", &log_alpha, c);
+  check_vector(op, "log_beta", &log_beta, c);
+  for (const auto& [name, f] : {std::pair<const char*, const Tensor*>{"up_filter", &up_filter},
+                                {"down_filter", &down_filter}}) {
+    check_float(op, name, *f);
+    H3_CHECK(f->dim() == 3 && f->size(0) == c && f->size(1) == 1 && f->size(2) == up_filter.size(2),
+             ErrorCode::kInvalidArgument, "ops::", op, ": ", name, " must be [", c,
+             ", 1, K] with K ", "the same for both filters, got ", f->desc());
+  }
+  H3_CHECK(ratio >= 1 && up_filter.size(2) >= ratio, ErrorCode::kInvalidArgument, "ops::", op,
+           ": ratio ", ratio, " must be in [1, K] (K = ", up_filter.size(2), ")");
+  H3_CHECK(x.size(2) >= 1, ErrorCode::kInvalidArgument, "ops::", op, ": x ", x.desc(),
+           " has no samples");
+  if (dev.is_cuda())
+    return cuda::anti_aliased_snake_beta(x, log_alpha, log_beta, up_filter, down_filter, ratio);
+  return cpu::anti_aliased_snake_beta(x, log_alpha, log_beta, up_filter, down_filter, ratio);
+}
+
 // ---- elementwise ----------------------------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {

@@ -127,6 +127,17 @@ Tensor gelu(const Tensor& x, bool tanh_approx = false);
 // snake_beta: x + 1/(exp(log_beta) + 1e-9) * sin(exp(log_alpha)*x)^2 (BigVGAN, log scale).
 Tensor snake(const Tensor& x, const Tensor& alpha);
 Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta);
+// BigVGAN's anti-aliased SnakeBeta (Activation1d, §3.4) in one pass: x [N, C, L] -> [N, C, L] with
+// depthwise low-pass filters up_filter (already times the ratio r) and down_filter, both [C, 1, K],
+// K >= r. The composition it replaces, with p = K/r - 1:
+//   u = conv_transpose1d(replicate_pad(x, p, p), up_filter, stride r, groups C)
+//       [p*r + (K-r)/2 .. + r*L)                                       (r*L samples)
+//   y = conv1d(replicate_pad(snake_beta(u), K/2 - (K even), K/2), down_filter, stride r, groups C)
+// The CPU accumulates both filters in float64 and rounds u and y to float32 as that composition
+// does with f64_accumulate (bit for bit at float32), keeping the 2x signal in a row buffer instead
+// of five full tensors; CUDA accumulates in float32 (f64_accumulate's rule).
+Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
+                               const Tensor& up_filter, const Tensor& down_filter, int ratio);
 
 // ---- elementwise ----------------------------------------------------------------------------------
 

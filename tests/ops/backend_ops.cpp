@@ -232,14 +232,37 @@ TEST(BackendOpsTable, CasesAreWellFormed) {
     EXPECT_FALSE(oc.op.empty()) << oc.name;
     ops.insert(oc.op);
   }
-  const char* required[] = {"linear",         "matmul",         "attention",   "rms_norm",
-                            "layer_norm",     "group_norm",     "rope",        "modulate",
-                            "gated_residual", "swiglu",         "silu",        "gelu",
-                            "snake",          "snake_beta",     "add",         "mul",
-                            "scale",          "cast",           "conv1d",      "conv_transpose1d",
-                            "conv3d",         "pad3d",          "gather_rows", "scatter_rows",
-                            "concat",         "copy",           "copy_into",   "rms_norm_modulate",
-                            "qk_norm_rope",   "linear_residual"};
+  const char* required[] = {"linear",
+                            "matmul",
+                            "attention",
+                            "rms_norm",
+                            "layer_norm",
+                            "group_norm",
+                            "rope",
+                            "modulate",
+                            "gated_residual",
+                            "swiglu",
+                            "silu",
+                            "gelu",
+                            "snake",
+                            "snake_beta",
+                            "add",
+                            "mul",
+                            "scale",
+                            "cast",
+                            "conv1d",
+                            "conv_transpose1d",
+                            "conv3d",
+                            "pad3d",
+                            "gather_rows",
+                            "scatter_rows",
+                            "concat",
+                            "copy",
+                            "copy_into",
+                            "rms_norm_modulate",
+                            "qk_norm_rope",
+                            "linear_residual",
+                            "anti_aliased_snake_beta"};
   for (const char* op : required) EXPECT_TRUE(ops.count(op)) << "no backend-ops case for ops::" << op;
   for (const char* op : {"weight_norm", "weight_norm_into"})
     EXPECT_TRUE(ops.count(op)) << "no backend-ops case for ops::" << op;

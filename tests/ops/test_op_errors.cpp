@@ -30,6 +30,19 @@ Tensor f32(const Shape& s, float v = 1.0f) {
 }
 
 TEST(OpErrors, ShapeMismatchesAreRefused) {
+  {
+    const Tensor x = f32({1, 2, 8}), p = f32({2}), filt = f32({2, 1, 12});
+    expect_invalid("anti_aliased_snake_beta filter length", "anti_aliased_snake_beta", [&] {
+      ops::anti_aliased_snake_beta(x, p, p, filt, f32({2, 1, 6}), 2);
+    });
+    expect_invalid("anti_aliased_snake_beta filter channels", "anti_aliased_snake_beta", [&] {
+      ops::anti_aliased_snake_beta(x, p, p, f32({3, 1, 12}), filt, 2);
+    });
+    expect_invalid("anti_aliased_snake_beta ratio past K", "anti_aliased_snake_beta",
+                   [&] { ops::anti_aliased_snake_beta(x, p, p, filt, filt, 13); });
+    expect_invalid("anti_aliased_snake_beta log_beta size", "anti_aliased_snake_beta",
+                   [&] { ops::anti_aliased_snake_beta(x, p, f32({3}), filt, filt, 2); });
+  }
   expect_invalid("linear K mismatch", "linear", [] { ops::linear(f32({3, 4}), f32({5, 6})); });
   expect_invalid("linear bias size", "linear", [] {
     const Tensor b = f32({4});

@@ -14,12 +14,6 @@ Tensor conv(const Tensor& x, const ConvWeights& c, ops::Conv1dParams p) {
   return ops::conv1d(x, c.w, c.bias(), p);
 }
 
-// Replicate padding of the last dim (pad3d pads the last three; the first two are left alone).
-Tensor replicate_pad(const Tensor& x, int left, int right) {
-  const int pads[6] = {0, 0, 0, 0, left, right};
-  return ops::pad3d(x, pads, ops::PadMode::kReplicate);
-}
-
 void mark(PartTimer* timer, const char* part) {
   if (timer) timer->mark(part);
 }
@@ -27,34 +21,9 @@ void mark(PartTimer* timer, const char* part) {
 }  // namespace
 
 Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x, PartTimer* timer) {
-  const int64_t channels = x.size(1), length = x.size(2);
-  const int64_t k = a.up_filter.size(2);
-  const int64_t r = kAliasRatio;
-  const int groups = static_cast<int>(channels);
-  // UpSample1d: pad = k/r - 1 samples replicated each side, crop pad*r + (k - r)/2 on the left and
-  // pad*r + (k - r + 1)/2 on the right, which leaves exactly r*L samples (15 and 15 for k = 12).
-  const int64_t pad = k / r - 1;
-  const int64_t crop_left = pad * r + (k - r) / 2;
-  Tensor h = replicate_pad(x, static_cast<int>(pad), static_cast<int>(pad));
-  ops::ConvTranspose1dParams up;
-  up.stride = static_cast<int>(r);
-  up.groups = groups;
-  up.f64_accumulate = true;
-  h = ops::conv_transpose1d(h, a.up_filter, nullptr, up);  // filter already scaled by r
-  h = ops::copy(h.slice(2, crop_left, crop_left + r * length));
-  mark(timer, kDecodePartActUp);
-  h = ops::snake_beta(h, a.log_alpha, a.log_beta);
-  mark(timer, kDecodePartSnake);
-  // DownSample1d (LowPassFilter1d): replicate-pad k/2 - 1 left (even k) and k/2 right, stride r.
-  const int64_t left = k / 2 - (k % 2 == 0 ? 1 : 0), right = k / 2;
-  h = replicate_pad(h, static_cast<int>(left), static_cast<int>(right));
-  h = ops::conv1d(h, a.down_filter, nullptr,
-                  {.stride = static_cast<int>(r),
-                   .padding = 0,
-                   .dilation = 1,
-                   .groups = groups,
-                   .f64_accumulate = true});
-  mark(timer, kDecodePartActDown);
+  Tensor h = ops::anti_aliased_snake_beta(x, a.log_alpha, a.log_beta, a.up_filter, a.down_filter,
+                                          static_cast<int>(kAliasRatio));
+  mark(timer, kDecodePartActivation);
   return h;
 }
 

@@ -22,7 +22,7 @@ struct DecodeTrace {
 
 // Activation1d(SnakeBeta) (§3.4): replicate-pad, depthwise transposed conv by the ratio with the
 // low-pass filter (x ratio), centre crop to ratio*L, SnakeBeta, replicate-pad, depthwise strided
-// low-pass conv back to L. x [B, C, L] -> [B, C, L].
+// low-pass conv back to L, in one pass (ops::anti_aliased_snake_beta). x [B, C, L] -> [B, C, L].
 // `timer` (h3 bench vae --profile) marks each pass as one of the parts decode_unclamped names.
 Tensor anti_aliased_snake_beta(const ActivationWeights& a, const Tensor& x,
                                PartTimer* timer = nullptr);
@@ -34,16 +34,14 @@ Tensor amp_block(const AmpBlockWeights& w, const Tensor& x, PartTimer* timer = n
 inline constexpr const char* kDecodePartLatents = "latents to the device";
 inline constexpr const char* kDecodePartInput = "input convs (in_proj, conv_pre)";
 inline constexpr const char* kDecodePartUpsample = "upsamplers (transposed convs)";
-inline constexpr const char* kDecodePartActUp =
-    "activation: 2x up-filter (pad, transposed conv, crop)";
-inline constexpr const char* kDecodePartSnake = "activation: SnakeBeta";
-inline constexpr const char* kDecodePartActDown = "activation: down-filter (pad, strided conv)";
+inline constexpr const char* kDecodePartActivation =
+    "activations (anti-aliased SnakeBeta: 2x up-filter, SnakeBeta, down-filter)";
 inline constexpr const char* kDecodePartResConv = "AMP block convs";
 inline constexpr const char* kDecodePartSum = "residual adds and kernel average";
 inline constexpr const char* kDecodePartOutput = "conv_post";
-inline constexpr std::array<const char*, 9> kDecodeParts = {
-    kDecodePartLatents, kDecodePartInput,   kDecodePartUpsample, kDecodePartActUp, kDecodePartSnake,
-    kDecodePartActDown, kDecodePartResConv, kDecodePartSum,      kDecodePartOutput};
+inline constexpr std::array<const char*, 7> kDecodeParts = {
+    kDecodePartLatents, kDecodePartInput, kDecodePartUpsample, kDecodePartActivation,
+    kDecodePartResConv, kDecodePartSum,   kDecodePartOutput};
 
 // z [B, latent_channels, T] (denormalized latents) -> [B, 1, hop*T] before the output clamp, on the
 // weights' device. With `timer`, every pass is marked as one of the kDecodePart* parts (the caller

@@ -9,6 +9,7 @@
 // The GEMM form uses OpenBLAS dgemm when the build has it, plain loops otherwise.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <vector>
 
 #ifdef H3_WITH_OPENBLAS
@@ -170,6 +171,72 @@ Tensor conv_transpose1d_f64(const Tensor& x, const Tensor& w, const Tensor* bias
     }
   }
   return store(out, {n, cout, lout}, x.dtype());
+}
+
+// One row at a time: the r*L samples of the up-filtered, activated signal live in a row buffer
+// (the composition writes five tensors of up to r*L samples per row and reads them back), and each
+// sample is computed once. Every sum runs in the composition's order from 0.0 in float64 and is
+// rounded to float32 where it rounds, and SnakeBeta is snake_beta's float32 expression, so the
+// result is the composition's bit for bit (float32 products are exact in float64). The sums run
+// over a tap at a time for a whole row (samples of one phase of the up-filter, or every output of
+// the down-filter), which keeps each sample's order and lets the compiler vectorize across samples.
+Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
+                               const Tensor& up_filter, const Tensor& down_filter, int ratio) {
+  const int64_t n = x.size(0), c = x.size(1), l = x.size(2), k = up_filter.size(2), r = ratio;
+  const int64_t pad = k / r - 1;                      // replicate padding of x, each side
+  const int64_t crop = pad * r + (k - r) / 2;         // first transposed-conv output kept
+  const int64_t left = k / 2 - (k % 2 == 0 ? 1 : 0);  // replicate padding of the 2x signal, left
+  const int64_t lp = l + 2 * pad, lu = r * l;
+  const F32 xf(x), uf(up_filter), df(down_filter);
+  std::vector<float> a = widen_optional(&log_alpha), b = widen_optional(&log_beta);
+  for (float& v : a) v = std::exp(v);
+  for (float& v : b) v = std::exp(v);
+  std::vector<float> out(static_cast<size_t>(n * c * l));
+  std::vector<float> xp(static_cast<size_t>(lp));          // x, replicate-padded
+  std::vector<float> sp(static_cast<size_t>(lu + k - 1));  // SnakeBeta(u), replicate-padded
+  std::vector<double> acc(static_cast<size_t>(std::max(lu / r + 1, l)));
+  for (int64_t row = 0; row < n * c; ++row) {
+    const int64_t ci = row % c;
+    const float* xr = xf.data() + row * l;
+    const float* fu = uf.data() + ci * k;
+    const float* fd = df.data() + ci * k;
+    for (int64_t i = 0; i < lp; ++i) xp[i] = xr[std::clamp<int64_t>(i - pad, 0, l - 1)];
+    float* s = sp.data() + left;
+    // u[m] = sum over padded inputs i ascending of xp[i] * fu[t - r*i] (t = m + crop, the tap in
+    // [0, K)). The samples m = m0 + r*j of one phase share the taps kk = ph + r*q: i = t/r - q.
+    for (int64_t m0 = 0; m0 < std::min(r, lu); ++m0) {
+      const int64_t ph = (m0 + crop) % r, base = (m0 + crop) / r;
+      const int64_t taps = (k - ph + r - 1) / r, count = (lu - m0 + r - 1) / r;
+      std::fill_n(acc.begin(), count, 0.0);
+      for (int64_t q = taps - 1; q >= 0; --q) {
+        const double w = fu[ph + r * q];
+        // Inputs past either end of xp contribute nothing (the scatter never reaches there).
+        const int64_t j0 = std::max<int64_t>(0, q - base), j1 = std::min(count, lp + q - base);
+        const float* src = xp.data() + base - q;
+        for (int64_t j = j0; j < j1; ++j) acc[j] += static_cast<double>(src[j]) * w;
+      }
+      for (int64_t j = 0; j < count; ++j) s[m0 + r * j] = static_cast<float>(acc[j]);
+    }
+    const float alpha = a[static_cast<size_t>(ci)];
+    const float inv = 1.0f / (b[static_cast<size_t>(ci)] + 1e-9f);
+    for (int64_t m = 0; m < lu; ++m) {
+      const float u = s[m];
+      const float sn = std::sin(u * alpha);
+      s[m] = u + inv * (sn * sn);
+    }
+    std::fill(sp.begin(), sp.begin() + left, s[0]);
+    std::fill(sp.begin() + left + lu, sp.end(), s[lu - 1]);
+    // y[j] = sum over taps kk ascending of sp[r*j + kk] * fd[kk].
+    std::fill_n(acc.begin(), l, 0.0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const double w = fd[kk];
+      const float* src = sp.data() + kk;
+      for (int64_t j = 0; j < l; ++j) acc[j] += static_cast<double>(src[r * j]) * w;
+    }
+    float* o = out.data() + row * l;
+    for (int64_t j = 0; j < l; ++j) o[j] = static_cast<float>(acc[j]);
+  }
+  return store_f32(out.data(), x.shape(), x.dtype());
 }
 
 }  // namespace h3::ops::cpu

@@ -76,6 +76,8 @@ Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approx);
 Tensor snake(const Tensor& x, const Tensor& alpha);
 Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta);
+Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
+                               const Tensor& up_filter, const Tensor& down_filter, int ratio);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);

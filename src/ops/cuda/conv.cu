@@ -261,4 +261,24 @@ Tensor conv3d(const Tensor& x_in, const Tensor& w_in, const Tensor* bias, const 
   return out;
 }
 
+// The composition ops.h defines it by, one kernel per pass (the CPU has the one-pass form).
+Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
+                               const Tensor& up_filter, const Tensor& down_filter, int ratio) {
+  const int64_t l = x.size(2), k = up_filter.size(2), r = ratio;
+  const int pad = static_cast<int>(k / r - 1);
+  const int64_t crop = pad * r + (k - r) / 2;
+  const int groups = static_cast<int>(x.size(1));
+  const int pads_up[6] = {0, 0, 0, 0, pad, pad};
+  ConvTranspose1dParams up;
+  up.stride = ratio;
+  up.groups = groups;
+  Tensor h =
+      cuda::conv_transpose1d(cuda::pad3d(x, pads_up, PadMode::kReplicate), up_filter, nullptr, up);
+  h = cuda::snake_beta(cuda::copy(h.slice(2, crop, crop + r * l)), log_alpha, log_beta);
+  const int left = static_cast<int>(k / 2 - (k % 2 == 0 ? 1 : 0)), right = static_cast<int>(k / 2);
+  const int pads_down[6] = {0, 0, 0, 0, left, right};
+  return cuda::conv1d(cuda::pad3d(h, pads_down, PadMode::kReplicate), down_filter, nullptr,
+                      {.stride = ratio, .padding = 0, .dilation = 1, .groups = groups});
+}
+
 }  // namespace h3::ops::cuda

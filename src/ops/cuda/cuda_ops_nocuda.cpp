@@ -30,6 +30,10 @@ Tensor silu(const Tensor& x) { no_cuda("silu"); }
 Tensor gelu(const Tensor& x, bool tanh_approx) { no_cuda("gelu"); }
 Tensor snake(const Tensor& x, const Tensor& alpha) { no_cuda("snake"); }
 Tensor snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta) { no_cuda("snake_beta"); }
+Tensor anti_aliased_snake_beta(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, int) {
+  no_cuda("anti_aliased_snake_beta");
+}
 Tensor add(const Tensor& a, const Tensor& b) { no_cuda("add"); }
 Tensor mul(const Tensor& a, const Tensor& b) { no_cuda("mul"); }
 Tensor scale(const Tensor& x, float s) { no_cuda("scale"); }
