@@ -21,8 +21,12 @@
 #   8. "vaeload": each VAE's decoder loaded alone from the page cache, with its phases.
 #   9. "vae": the video VAE decode: its kernels' tests, `h3 bench vae` with a profile, per attention
 #      kernel, with the decoder's fusions off, and at tile batches 1, 4 and 14.
+#  10. "audio": the audio VAE's ops (1-D convolutions, the anti-aliased SnakeBeta; the large
+#      shapes too), its GPU tests and `h3 bench vae --audio-vae` with the released-shape audio VAE
+#      and the audio decode's profile, with every fusion and with the audio decoder's fusions off
+#      (H3_AUDIO_ENVS adds settings).
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload", "vae"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
+# "fp8", "vaeload", "vae", "audio"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
 # per --dit-dtype.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -253,6 +257,23 @@ if [[ " $steps " == *" vae "* ]] && [ -x "$bin/h3" ]; then
   for tb in 1 4 14; do
     run vae_tb$tb 300 "$bin/h3" bench vae --repeat 1 --warmup 1 --tile-batch $tb
     vae_row vae_tb$tb
+  done
+fi
+if [[ " $steps " == *" audio "* ]] && [ -x "$bin/h3" ]; then
+  run ops_audio 200 "$bin/h3_backend_ops" --gtest_filter='*conv1d*:*conv_transpose1d*:*snake*'
+  H3_OPS_LARGE=1 run ops_audio_large 300 "$bin/h3_backend_ops" --gtest_filter='*conv1d*:*anti_aliased*'
+  grep -E "^\[cuda\].*(conv|snake)" "$out/ops_audio.log" "$out/ops_audio_large.log" | head -40 >>"$summary"
+  run gpu_audio 300 "$bin/h3_gpu_tests" --gtest_filter='*Audio*:CudaFusion.AntiAliased*'
+  grep -E "rel_l2|max_abs" "$out/gpu_audio.log" | head -20 >>"$summary"
+  model=${H3_E2E_MODEL:-/tmp/h3-released-fasth3}
+  [ -d "$model" ] || "$bin/h3" make-tiny --released-shapes --fasth3 "$model" >"$out/make_released.log" 2>&1
+  for e in none H3_FUSE_CONV1D_GEMM=0,H3_FUSE_AA_SNAKE=0 ${H3_AUDIO_ENVS:-}; do
+    tag=${e//[=,]/_}
+    env_args=(); [ "$e" != none ] && env_args=(${e//,/ })
+    run audio_$tag 300 env "${env_args[@]}" "$bin/h3" bench vae --repeat 2 --warmup 1 \
+      --audio-vae "$model/audio_vae" --profile
+    grep -E "audio|^\| (latents|input|upsamplers|activations|AMP|residual|conv_post|waveform)|decode seconds" \
+      "$out/audio_$tag.log" | sed "s/^/audio $tag: /" | tee -a "$summary"
   done
 fi
 if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
