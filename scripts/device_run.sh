@@ -20,7 +20,8 @@
 #      FastH3 block (VSA 0.9, tile 64, gates) and the dense one (H3_FP8_DENSE=0 leaves it out).
 #   8. "vaeload": each VAE's decoder loaded alone from the page cache, with its phases.
 #   9. "vae": the video VAE decode: its kernels' tests, `h3 bench vae` with a profile, per attention
-#      kernel, with the decoder's fusions off, and at tile batches 1, 4 and 14.
+#      kernel, with the decoder's fusions off, at tile batches 1, 4 and 14, and with the video
+#      widened to float32 (--f32-output).
 #  10. "audio": the audio VAE's ops (1-D convolutions, the anti-aliased SnakeBeta; the large
 #      shapes too), its GPU tests and `h3 bench vae --audio-vae` with the released-shape audio VAE
 #      and the audio decode's profile, with every fusion and with the audio decoder's fusions off
@@ -258,6 +259,8 @@ if [[ " $steps " == *" vae "* ]] && [ -x "$bin/h3" ]; then
     run vae_tb$tb 300 "$bin/h3" bench vae --repeat 1 --warmup 1 --tile-batch $tb
     vae_row vae_tb$tb
   done
+  run vae_f32out 240 "$bin/h3" bench vae --repeat 2 --warmup 1 --f32-output
+  vae_row vae_f32out
 fi
 if [[ " $steps " == *" audio "* ]] && [ -x "$bin/h3" ]; then
   run ops_audio 200 "$bin/h3_backend_ops" --gtest_filter='*conv1d*:*conv_transpose1d*:*snake*'

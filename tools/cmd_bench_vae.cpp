@@ -39,6 +39,7 @@ struct BenchArgs {
   int64_t tile_batch = 0;  // 0: automatic (VideoVaeOptions::tile_batch)
   bool profile = false;
   bool stream = false;
+  bool f32_output = false;  // widen the video to float32 on the device (default: decoder dtype)
   uint64_t seed = 0;
   h3::ops::AttentionKernel attention = h3::ops::AttentionKernel::kAuto;
   bool fp8 = false;
@@ -102,6 +103,10 @@ void print_help() {
       "  --stream          time the streaming decode of h3 generate instead (each window's frames\n"
       "                    made uint8 on the device and copied to the host as they finish), with\n"
       "                    the latency to the first finished frames\n"
+      "  --f32-output      leave the decoded video on the device in float32 (the f16 decode "
+      "widened,\n"
+      "                    twice the memory); default: in the decoder's dtype, as the reference's\n"
+      "                    decode returns the video in its model's bf16\n"
       "  --repeat N        timed decodes (default 1); --warmup N untimed ones first (default 0)\n"
       "  --seed N          weight and latent seed (default 0)\n"
       "  --audio-vae DIR   also decode the request's audio latents with the audio VAE of DIR (a\n"
@@ -201,6 +206,8 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.audio_vae = value();
     } else if (f == "--stream") {
       a.stream = true;
+    } else if (f == "--f32-output") {
+      a.f32_output = true;
     } else if (f == "--latents") {
       parse_latents(value(), a);
       latents_given = true;
@@ -292,11 +299,12 @@ int run_bench_vae(const std::vector<std::string>& args) {
   // Streaming: each finished piece is copied to the host as it comes (as the muxer would take it).
   double first_piece_s = 0.0;
   int64_t pieces = 0;
+  const h3::DType out_dtype = a.f32_output ? h3::DType::kF32 : vae.decoder_dtype();
   auto decode_once = [&](vv::VideoDecodeProfile* prof) {
     if (!a.stream) {
       // The decoded video stays on the device (as the reference's decode returns it); the uint8
       // conversion and host copy are timed separately below.
-      h3::Tensor out = vae.decode(z_dev, prof);
+      h3::Tensor out = vae.decode(z_dev, prof, out_dtype);
       if (out.device().is_cuda()) h3::Stream().synchronize();  // the ops run on the legacy default stream
       return out;
     }
@@ -329,12 +337,19 @@ int run_bench_vae(const std::vector<std::string>& args) {
   double frames_s = 0.0;
   h3::Tensor decoded;
   for (int i = 0; i < a.repeat; ++i) {
+    // The last decode's video is released first, as the reference's timing loop drops each
+    // output: two videos at once are no decode's peak.
+    decoded = h3::Tensor();
     const auto t0 = std::chrono::steady_clock::now();
     decoded = decode_once(nullptr);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   vv::VideoDecodeProfile prof;
   double profiled_s = 0.0;
+  // The peaks of the timed decodes: the profiled decode below runs while their video is held (the
+  // conversion after it uses that video), which is no decode's peak.
+  const int64_t sampled_peak = device.is_cuda() ? sampler.peak() : 0;
+  const uint64_t pool_peak = device.is_cuda() ? h3::cuda_pool_peak_bytes(device.index) : 0;
   if (a.profile) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)decode_once(&prof);
@@ -370,9 +385,10 @@ int run_bench_vae(const std::vector<std::string>& args) {
   }
   std::printf("| peak host RSS (GiB) | %.2f |\n", gib(peak_host_rss_bytes()));
   if (device.is_cuda()) {
-    std::printf("| peak device memory in use (GiB, sampled every 2 ms) | %.2f |\n", gib(sampler.peak()));
-    std::printf("| ... above the baseline before loading (GiB) | %.2f |\n", gib(sampler.peak() - baseline));
-    const uint64_t pool_peak = h3::cuda_pool_peak_bytes(device.index);
+    std::printf("| peak device memory in use (GiB, sampled every 2 ms) | %.2f |\n",
+                gib(sampled_peak));
+    std::printf("| ... above the baseline before loading (GiB) | %.2f |\n",
+                gib(sampled_peak - baseline));
     if (pool_peak > 0) {
       std::printf("| peak allocated: the pool's high-water mark, weights included (GiB / GB) | %.2f / %.2f |\n",
                   gib(static_cast<int64_t>(pool_peak)), static_cast<double>(pool_peak) / 1e9);
@@ -387,7 +403,7 @@ int run_bench_vae(const std::vector<std::string>& args) {
     vv::VideoVaeWeightPolicy wp16 = wp;
     wp16.decoder_fp8 = false;
     const vv::VideoVae ref = vv::VideoVae::from_weights(config, vv::random_video_vae_weights(config, a.seed, wp16), o16);
-    const std::vector<double> psnr = vv::frame_psnr(decoded, ref.decode(z_dev));
+    const std::vector<double> psnr = vv::frame_psnr(decoded, ref.decode(z_dev, nullptr, out_dtype));
     double lo = psnr[0], hi = psnr[0], sum_db = 0.0;
     for (double p : psnr) lo = std::min(lo, p), hi = std::max(hi, p), sum_db += p;
     std::printf("| PSNR of the FP8 decode against f16 (dB, per frame: min / mean / max over %zu) | %.2f / %.2f / %.2f |\n",

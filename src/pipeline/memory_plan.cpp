@@ -352,9 +352,12 @@ uint64_t conditioner_work(const nlohmann::json& cfg, int64_t text_tokens, int64_
 // PlanOptions::vae_tile_batch); plus the window's decoded tiles and stitched clip, and the whole
 // video in the decoder's dtype (what a non-streaming decode holds: the engine plans before it knows
 // whether a request streams). Under the float16 autocast that video is widened to float32 at the
-// end (VideoVae::decode_assembled), and both copies are live then. At the released size with 4
-// tiles this comes to 3.70 GB; `h3 bench vae` measured the pool's high-water mark at 3.85 GB above
-// the weights for that decode and 1.12 GB for the streamed one (bench/RESULTS.md, 2026-12-04).
+// end (VideoVae::decode_assembled), when both copies are live but the window's buffers are gone:
+// the peak is the larger of the two moments. At the released size with 4 tiles: 2.16 GB while
+// decoding, 2.30 GB at the end. `h3 bench vae` measured the pool's high-water mark 3.85 GB above
+// the weights for that decode (bench/RESULTS.md, 2026-12-04), at the widening while it still held
+// the previous repetition's float32 video (1.54 GB; 0.77 + 1.54 + 1.54 = 3.85), which it no longer
+// does; and 1.12 GB for the streamed decode.
 uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometry& g, bool cuda,
                          bool f16, uint64_t device_free, int64_t tile_batch) {
   const int64_t r = c.spatial_ratio();
@@ -382,7 +385,8 @@ uint64_t vae_decode_work(const video_vae::VideoVaeConfig& c, const TargetGeometr
   const int64_t clip_px = 3 * window_frames * g.height * g.width * es;
   const int64_t video_px = 3 * g.num_frames * g.height * g.width * es;
   const int64_t widened = es < 4 ? 3 * g.num_frames * g.height * g.width * 4 : 0;
-  return static_cast<uint64_t>(per_batch * per_tile + tiles_px + clip_px + video_px + widened);
+  const int64_t decoding = per_batch * per_tile + tiles_px + clip_px + video_px;
+  return static_cast<uint64_t>(std::max(decoding, video_px + widened));
 }
 
 // Video VAE encode (fl2va keyframes: one frame; ref2va video references: clips of clip_length

@@ -286,6 +286,10 @@ TEST(GpuVideoVae, TileBatchAndStreamingAgreeOnGpu) {
       pieces.push_back(frames.to(Device::cpu()));
     });
     unset_tile_batch_env();
+    // The video in the decoder's dtype is the one the float32 output widens, bit for bit.
+    const Tensor half = vae.decode(d.latents, nullptr, vae.decoder_dtype()).to(Device::cpu());
+    EXPECT_EQ(half.dtype(), DType::kF16);
+    EXPECT_EQ(test::count_bit_mismatches(half.to(DType::kF32), batched), 0);
     if (pn.decoder.tiles == pn.decoder.calls) continue;  // one tile per window: nothing batched
     ++multi_tile;
     const test::Metrics m = test::compare(batched, single);

@@ -1,6 +1,7 @@
 // `h3 bench e2e` on the tiny model, on the CPU, as a user runs it: the JSON has one object per
 // generation with the stages, the bytes loaded (none on a warm generation, nothing is reloaded),
 // ms per block and the plan; --random-weights changes the generation; bad flags are refused.
+// Also `h3 bench vae`'s output dtype.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -114,6 +115,25 @@ TEST_F(BenchE2eCli, BadFlagsAreRefusedByName) {
   r = run_h3("bench e2e --device cpu");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--model"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace h3::test
+
+namespace h3::test {
+namespace {
+
+// `h3 bench vae` leaves the video on the device in the decoder's dtype, as the reference returns
+// its model's bf16; --f32-output widens it (the small decode, on the CPU under the f16 policy).
+TEST(BenchVaeCli, OutputIsTheDecoderDtypeUnlessF32Asked) {
+  const std::string base =
+      "bench vae --small --device cpu --precision f16-autocast --latents 2,8,8";
+  RunResult r = run_h3(base);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("f16 (cpu) |"), std::string::npos) << r.output;
+  r = run_h3(base + " --f32-output");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("f32 (cpu) |"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "models/video_vae/video_vae_tiling.h"
 #include "ops/ops.h"
 #include "support/golden.h"
+#include "support/scoped_env.h"
 
 namespace h3 {
 namespace {
@@ -270,6 +271,14 @@ TEST(VideoVaeModel, SmallRandomEndToEnd) {
   const Tensor frames = video_vae::frames_to_uint8(video_vae::denormalize_pixels(decoded));
   EXPECT_EQ(frames.shape(), (Shape{1, 22, 24, 32, 3}));
   for (float v : decoded.to_f32_vector()) ASSERT_TRUE(std::isfinite(v));
+  // Another output dtype is the float32 video rounded once, in both assemblies.
+  for (const char* fused : {"1", "0"}) {
+    test::ScopedEnv assembly("H3_VAE_FUSED_ASSEMBLY", fused);
+    const Tensor half_out = vae.decode(back, nullptr, DType::kF16);
+    EXPECT_EQ(half_out.dtype(), DType::kF16);
+    EXPECT_EQ(test::count_bit_mismatches(half_out, decoded.to(DType::kF16)), 0)
+        << "fused assembly " << fused;
+  }
 
   // Tiled (16 px tiles, 8 px overlap) differs from untiled only through the blend, not in shape.
   const auto tiled = small_model(video_vae::VaePrecision::kF32, true);
@@ -336,6 +345,10 @@ TEST(VideoVaeModel, BadInputsThrow) {
   EXPECT_EQ(code_of([&] { vae.decode(Tensor::zeros({1, 5, 2, 2, 2}, DType::kF32)); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { vae.decode(Tensor::zeros({1, 4, 0, 2, 2}, DType::kF32)); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              vae.decode(Tensor::zeros({1, 4, 2, 2, 2}, DType::kF32), nullptr, DType::kU8);
+            }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { vae.encode_moments(Tensor::zeros({1, 4, 1, 8, 8}, DType::kF32)); }),
             ErrorCode::kInvalidArgument);

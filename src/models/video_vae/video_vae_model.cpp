@@ -348,13 +348,13 @@ WindowTail carried_tail(const Tensor& clip, const TemporalPlan& plan, const Vide
 
 }  // namespace
 
-Tensor VideoVae::decode_assembled(const Tensor& z, VideoDecodeProfile* profile) const {
+Tensor VideoVae::decode_assembled(const Tensor& z, VideoDecodeProfile* profile, DType out) const {
   const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
   const int64_t chunk = config_.tokens_chunk_size();
   double* temporal = profile ? &profile->temporal_s : nullptr;
   // [B, 3, F, H, W], allocated once the first window gives H and W. On CUDA it is held in the
-  // windows' dtype (half the memory under the float16 autocast while the decoder runs) and widened
-  // exactly at the end; the CPU assembly writes float32 directly.
+  // windows' dtype (half the memory under the float16 autocast while the decoder runs) and
+  // converted to `out` at the end; the CPU assembly writes float32 directly.
   Tensor video;
   for (int64_t bi = 0; bi < z.size(0); ++bi) {
     Tensor zi = z.select(0, bi).to(options_.device);
@@ -391,17 +391,19 @@ Tensor VideoVae::decode_assembled(const Tensor& z, VideoDecodeProfile* profile) 
     H3_CHECK(at >= plan.output_frames, ErrorCode::kInternal, "video VAE decode: the windows gave ", at,
              " frames, the plan expects ", plan.output_frames);
   }
-  if (!video.defined() || video.dtype() == DType::kF32) return video;
+  if (!video.defined() || video.dtype() == out) return video;
   ScopedSeconds timing(temporal, options_.device);
-  return ops::cast(video, DType::kF32);
+  return ops::cast(video, out);
 }
 
-Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile) const {
+Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile, DType out_dtype) const {
   check_decode_latents(z, config_);
+  H3_CHECK(dtype_is_float(out_dtype), ErrorCode::kInvalidArgument,
+           "video VAE decode: the output dtype must be a float dtype, got ", dtype_name(out_dtype));
   const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
   const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
   // H3_VAE_FUSED_ASSEMBLY=0 restores the op composition below (video_vae_assembly.h).
-  if (fused_assembly_enabled()) return decode_assembled(z, profile);
+  if (fused_assembly_enabled()) return decode_assembled(z, profile, out_dtype);
   const int64_t chunk_frames = chunk * config_.temporal_ratio();
   double* temporal = profile ? &profile->temporal_s : nullptr;
   std::vector<Tensor> items;
@@ -430,7 +432,7 @@ Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile) const {
     if (overlap.defined() && overlap.size(1) > 0) pieces.push_back(overlap);
     Tensor out = pieces.size() == 1 ? pieces[0] : ops::concat(pieces, 1);
     if (plan.trailing_cut > 0) out = contiguous_on_device(out.slice(1, 0, plan.output_frames));
-    if (out.dtype() != DType::kF32) out = ops::cast(out, DType::kF32);
+    if (out.dtype() != out_dtype) out = ops::cast(out, out_dtype);
     items.push_back(out.unsqueeze(0));
   }
   return items.size() == 1 ? items[0] : ops::concat(items, 0);

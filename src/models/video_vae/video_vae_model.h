@@ -100,9 +100,12 @@ class VideoVae {
   Tensor encode_clip(const Tensor& x) const;
 
   // ---- decode (§2.6-§2.8) ----
-  // z [B, latent, T, h, w] (denormalized latents) -> [B, 3, F, 16h, 16w] float32 ImageNet-normalized
-  // RGB on the model's device (the decoder output widened from float16 under the autocast policy).
-  Tensor decode(const Tensor& z, VideoDecodeProfile* profile = nullptr) const;
+  // z [B, latent, T, h, w] (denormalized latents) -> [B, 3, F, 16h, 16w] ImageNet-normalized RGB on
+  // the model's device, in `out` (a float dtype): float32 by default, the decoder output widened
+  // exactly from float16 under the autocast policy. decoder_dtype() returns the video as assembled,
+  // without that copy: half the memory, as the reference's decode returns its model's bf16.
+  Tensor decode(const Tensor& z, VideoDecodeProfile* profile = nullptr,
+                DType out = DType::kF32) const;
   // One temporal window of one item, spatially tiled when tiling is on: [latent, t, h, w] ->
   // [3, 4t, 16h, 16w] in decoder_dtype().
   Tensor decode_clip(const Tensor& z, VideoDecodeProfile* profile = nullptr) const;
@@ -131,7 +134,7 @@ class VideoVae {
   VideoVae() = default;
   // decode() with each window written, blended, straight into the preallocated float32 video
   // (video_vae_assembly.h; H3_VAE_FUSED_ASSEMBLY=0 takes the op composition instead).
-  Tensor decode_assembled(const Tensor& z, VideoDecodeProfile* profile) const;
+  Tensor decode_assembled(const Tensor& z, VideoDecodeProfile* profile, DType out) const;
   VideoVaeConfig config_;
   VideoVaeOptions options_;
   VideoVaeWeights weights_;
