@@ -346,10 +346,10 @@ pl::ResolvedSettings finish_generate_flags(GenerateFlags& f) {
   if (!f.last_image_path.empty()) req.last_image = load_image("--last-image", f.last_image_path);
   for (const std::string& spec : f.ref_specs) req.references.push_back(load_reference(spec));
   req.workflow = pl::resolve_workflow(req);
-  // FL2VA's preset is 8 s (§4.2).
-  if (!f.have_frames && req.workflow == "fl2va") req.num_frames = 192;
   // The preset the checkpoint declares, refined by the flags (headers and small files only).
   const io::Repository repo = io::Repository::open(f.model_dir);
+  // The workflow's duration (FL2VA's preset is 8 s, §4.2), or the checkpoint's geometry.
+  pl::apply_request_defaults(repo, f.have_frames, req);
   // Adapters are read and checked now, before any weight: a bad file fails in seconds.
   f.engine.loras = pl::read_loras(repo, f.lora_specs, f.lora_allow_unmatched);
   f.settings.adapter_gates = pl::lora_gates_source(f.engine.loras);

@@ -228,6 +228,44 @@ CanvasConfig repository_canvas_config(const io::Repository& repo) {
   return c;
 }
 
+RequestDefaults request_defaults(const io::Repository& repo, const std::string& workflow) {
+  RequestDefaults d;
+  if (workflow == "fl2va") d.num_frames = 192;  // FL2VA's preset is 8 s (§4.2)
+  const nlohmann::json& index = repo.pipeline_config();
+  const std::string file = repo.index_file();
+  if (index.contains("default_num_frames")) {
+    d.num_frames = io::config_int_or(index, "default_num_frames", file, d.num_frames);
+    H3_CHECK(d.num_frames >= 1, ErrorCode::kInvalidFile, file,
+             ": default_num_frames must be positive, got ", d.num_frames);
+    d.frames_from_checkpoint = true;
+  }
+  const bool h = index.contains("default_height"), w = index.contains("default_width");
+  H3_CHECK(h == w, ErrorCode::kInvalidFile, file,
+           ": default_height and default_width go together (the checkpoint's canvas), found only ",
+           h ? "default_height" : "default_width");
+  if (h) {
+    d.height = io::config_int_or(index, "default_height", file, 0);
+    d.width = io::config_int_or(index, "default_width", file, 0);
+    H3_CHECK(*d.height > 0 && *d.width > 0, ErrorCode::kInvalidFile, file,
+             ": default_height and default_width must be positive, got ", *d.height, " and ",
+             *d.width);
+  }
+  return d;
+}
+
+void apply_request_defaults(const io::Repository& repo, bool frames_given,
+                            GenerateRequest& request) {
+  const RequestDefaults d = request_defaults(repo, resolve_workflow(request));
+  if (!frames_given) {
+    request.num_frames = d.num_frames;
+    if (d.frames_from_checkpoint) request.allow_any_duration = true;
+  }
+  if (!request.height && !request.width && d.height) {
+    request.height = d.height;
+    request.width = d.width;
+  }
+}
+
 std::string resolve_workflow(const GenerateRequest& r) {
   const bool keyframes = r.first_image.has_value() || r.last_image.has_value();
   const bool refs = !r.references.empty();

@@ -92,6 +92,22 @@ struct GenerateRequest {
   std::vector<Reference> references;
 };
 
+// What a request leaves open, from its workflow and the checkpoint (§4.2-§4.3): 124 frames (192
+// for fl2va) and the canvas of the canvas settings. A checkpoint trained at one geometry declares
+// its own in its index (`default_num_frames`, `default_height` and `default_width`: the trained
+// tiny model's 64x128x39); its length is the checkpoint's, so the released 5-15 s check does not
+// apply to it.
+struct RequestDefaults {
+  int64_t num_frames = 124;
+  bool frames_from_checkpoint = false;
+  std::optional<int64_t> height, width;  // both or neither
+};
+RequestDefaults request_defaults(const io::Repository& repo, const std::string& workflow);
+// Fills what `request` leaves open (the caller says whether frames were given: num_frames always
+// holds a value) from request_defaults.
+void apply_request_defaults(const io::Repository& repo, bool frames_given,
+                            GenerateRequest& request);
+
 // The workflow a request names or, when empty, the one its media imply (references -> ref2va,
 // keyframes -> fl2va, neither -> t2va). Throws kInvalidArgument for media the workflow does not
 // take (keyframes with references, references in fl2va, ...) and for an unknown name.

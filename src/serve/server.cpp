@@ -311,7 +311,7 @@ struct BuiltRequest {
   pl::SettingOverrides overrides;
 };
 
-BuiltRequest build_request(const json& n, const fs::path& input_dir) {
+BuiltRequest build_request(const json& n, const fs::path& input_dir, const io::Repository& repo) {
   BuiltRequest b;
   pl::GenerateRequest& r = b.request;
   r.prompt = n.at("prompt").get<std::string>();
@@ -359,14 +359,13 @@ BuiltRequest build_request(const json& n, const fs::path& input_dir) {
       bad(param, param + ": " + m);
     }
   }
-  if (n.contains("num_frames")) {
-    r.num_frames = n["num_frames"].get<int64_t>();
-  } else {
-    // FL2VA's preset is 8 s (h3_components_spec.md §4.2), as in h3 generate.
-    try {
-      if (pl::resolve_workflow(r) == "fl2va") r.num_frames = 192;
-    } catch (const h3::Error&) {
-    }
+  if (n.contains("num_frames")) r.num_frames = n["num_frames"].get<int64_t>();
+  // The workflow's duration (FL2VA's preset is 8 s, §4.2) or the checkpoint's geometry, as in
+  // h3 generate; a request whose media contradict its workflow is refused later, by name.
+  try {
+    pl::apply_request_defaults(repo, n.contains("num_frames"), r);
+  } catch (const h3::Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
   }
   return b;
 }
@@ -720,7 +719,7 @@ class Server {
       f.write(uploads[k].content.data(), static_cast<std::streamsize>(uploads[k].content.size()));
       H3_CHECK(f.good(), ErrorCode::kIo, "cannot store an upload under ", dir.string());
     }
-    BuiltRequest b = build_request(n, dir);
+    BuiltRequest b = build_request(n, dir, engine_->repo());
     pl::TargetGeometry geo;
     try {
       b.request.num_inference_steps = resolve_steps(b, n);
@@ -948,7 +947,7 @@ class Server {
     bool requeue = false;
     std::string thumbnail;
     try {
-      BuiltRequest b = build_request(j.request, input_dir(id));
+      BuiltRequest b = build_request(j.request, input_dir(id), engine_->repo());
       b.request.num_inference_steps = resolve_steps(b, j.request);
       {
         // This job's adapters (none when it names none): the engine changes only what differs.

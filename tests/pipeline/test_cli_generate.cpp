@@ -203,6 +203,49 @@ TEST(CliGenerate, VaeLatentChannelsSetTheLatentWidth) {
   }
 }
 
+// A checkpoint trained at one geometry declares it in its index; a request that gives no size or
+// frames gets it (its length is the checkpoint's, so no 5-15 s check), flags still win, and half a
+// declaration is refused naming the file.
+TEST(CliGenerate, CheckpointDefaultsGiveItsGeometry) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = make_tiny(tmp.path());
+  const fs::path index = model / "modular_model_index.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(index));
+  j["default_height"] = 32;
+  j["default_width"] = 64;
+  j["default_num_frames"] = 22;
+  std::ofstream(index) << j.dump(2);
+  auto receipt_of = [&](const std::string& flags) {
+    const fs::path out = tmp.path() / "clip.mp4", receipt = tmp.path() / "receipt.json";
+    const RunResult r = run_h3("generate --model " + shell_quote(model.string()) +
+                               " --prompt 'a red circle bounces' --steps 2 --device cpu --out " +
+                               shell_quote(out.string()) + " --receipt " +
+                               shell_quote(receipt.string()) + " " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(std::ifstream(receipt)).at("values");
+  };
+  nlohmann::json rc = receipt_of("");
+  EXPECT_EQ(rc.at("height"), 32);
+  EXPECT_EQ(rc.at("width"), 64);
+  EXPECT_EQ(rc.at("num_frames"), 22);
+  rc = receipt_of("--height 64 --width 64 --num-frames 39 --allow-any-duration");
+  EXPECT_EQ(rc.at("height"), 64);
+  EXPECT_EQ(rc.at("width"), 64);
+  EXPECT_EQ(rc.at("num_frames"), 39);
+
+  j.erase("default_width");
+  std::ofstream(index) << j.dump(2);
+  const fs::path bad = tmp.path() / "bad.mp4";
+  const RunResult r = run_h3("generate --model " + shell_quote(model.string()) +
+                             " --prompt 'a red circle bounces' --steps 2 --device cpu --out " +
+                             shell_quote(bad.string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "modular_model_index.json")) << r.output;
+  EXPECT_TRUE(contains(r.output, "default_width")) << r.output;
+  EXPECT_FALSE(fs::exists(bad));
+}
+
 // --dit-dtype fp8 on the CPU runs the E4M3 emulation: the generation completes, says so in its
 // receipt, and gives another clip than the default DiT (the option takes effect end to end).
 TEST(CliGenerate, DitDtypeFp8RunsAndChangesTheClip) {

@@ -471,6 +471,30 @@ TEST_F(ServeCli, BadRequestsAreAnsweredNamingTheField) {
   EXPECT_EQ(d2->status, 200);
 }
 
+// A checkpoint that declares its geometry (default_height, default_width, default_num_frames in its
+// index) gives it to a request that names no size or duration, as h3 generate does.
+TEST_F(ServeCli, ARequestWithoutSizeOrDurationTakesTheCheckpointsGeometry) {
+  const fs::path model = work_->path() / "declared";
+  fs::copy(tiny_, model, fs::copy_options::recursive);
+  const fs::path index = model / "modular_model_index.json";
+  json j = json::parse(std::ifstream(index));
+  j["default_height"] = 32;
+  j["default_width"] = 64;
+  j["default_num_frames"] = 22;
+  std::ofstream(index) << j.dump(2);
+  ServerProcess s("--model " + shell_quote(model.string()) + " --data " +
+                      shell_quote((work_->path() / "data").string()),
+                  work_->path() / "declared.log");
+  ASSERT_GT(s.port(), 0) << s.log_text();
+  auto c = s.client();
+  const json job = post(*c, {{"prompt", "a red circle bounces"}, {"steps", 2}});
+  EXPECT_EQ(job.value("size", ""), "64x32") << job.dump();
+  EXPECT_EQ(job.value("seconds", ""), "0.92") << job.dump();
+  EXPECT_TRUE(is(wait_for(*c, job.value("id", ""),
+                          [](const json& v) { return is(v, "completed") || is(v, "failed"); }),
+                 "completed"));
+}
+
 TEST_F(ServeCli, RefusesJobFlagsAndBadServerFlags) {
   RunResult r = run_h3("serve --model " + shell_quote(tiny_) + " --prompt hi");
   EXPECT_NE(r.status, 0);

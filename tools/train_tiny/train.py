@@ -1388,6 +1388,16 @@ def part_export(args, log):
             json.dump(cfg, f, indent=2)
             f.write("\n")
         log("export: %s: %d tensors, %.2f MB" % (comp, len(out), os.path.getsize(os.path.join(folder, COMPONENT_FILE[comp])) / 1e6))
+    # The clips' geometry as the checkpoint's default request (the engine reads these index entries
+    # when a request names no size or frame count), so `h3 generate --model repo --prompt ...` draws
+    # what the model was trained on.
+    index_file = os.path.join(tmp, "modular_model_index.json")
+    with open(index_file) as f:
+        index = json.load(f)
+    index.update({"default_height": HEIGHT, "default_width": WIDTH, "default_num_frames": FRAMES})
+    with open(index_file, "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
     total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(tmp) for f in fs)
     shutil.rmtree(repo, ignore_errors=True)
     os.rename(tmp, repo)
