@@ -4,6 +4,7 @@
 // h3 generate's engine and preset flags (device, steps, attention, VSA, LoRA), so one model can be
 // judged under each setting; the prompts, canvas and frame count are the spec's.
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -22,6 +23,18 @@ namespace ev = h3::eval;
 namespace pl = h3::pipeline;
 
 constexpr int64_t kDefaultCases = 12;  // every held-out combination once
+// Where the project keeps the trained tiny model (tools/train_tiny/README.md), relative to the
+// working folder: the README's commands run from the checkout's root.
+constexpr const char* kShippedModel = "models/h3-tiny";
+
+// The model `h3 eval tiny` judges without --model: the one the README's main command runs.
+std::string default_model() {
+  namespace fs = std::filesystem;
+  H3_CHECK(fs::is_regular_file(fs::path(kShippedModel) / "modular_model_index.json"),
+           ErrorCode::kNotFound, "no --model given and no trained tiny model at ", kShippedModel,
+           " under the working folder (run from the checkout's root, or pass --model DIR)");
+  return kShippedModel;
+}
 
 struct EvalFlags {
   int64_t cases = kDefaultCases;
@@ -48,13 +61,14 @@ int eval_flag(const std::string& flag, const std::string* value, void* ctx) {
 
 void print_help() {
   std::printf(
-      "usage: h3 eval tiny --model DIR [options]\n\n"
+      "usage: h3 eval tiny [--model DIR] [options]\n\n"
       "Generates held-out prompt combinations of the tiny synthetic clips "
       "(tools/train_tiny/SPEC.md:\n"
       "64x128, 39 frames, 32 kHz) and measures, from the decoded frames and waveform alone, the\n"
       "object's colour, shape and motion and the tone's pitch; prints the accuracy per "
       "attribute.\n\n"
-      "  --model DIR              the tiny MiniMax-H3 repository to evaluate (required)\n"
+      "  --model DIR              the tiny MiniMax-H3 repository to evaluate (default: the\n"
+      "                           trained one the README's main command runs, models/h3-tiny)\n"
       "  --cases N                number of clips (default %lld: every held-out combination once;\n"
       "                           case k is combination k mod 12 with seed S + k)\n"
       "  --json                   print only {\"model\", \"accuracy\": {\"colour\", \"shape\", "
@@ -89,8 +103,7 @@ int run_eval_tiny(const std::vector<std::string>& args) {
   h3::cli::GenerateFlags f;
   EvalFlags e;
   h3::cli::parse_generate_flags(args, f, "h3 eval tiny --help", eval_flag, &e);
-  H3_CHECK(!f.model_dir.empty(), ErrorCode::kInvalidArgument,
-           "missing --model DIR (see h3 eval tiny --help)");
+  if (f.model_dir.empty()) f.model_dir = default_model();
   // The evaluation's request shape, so that the preset and the memory plan are resolved for it.
   const std::vector<ev::TinyEvalCase> cases = ev::tiny_eval_cases(e.cases, f.request.seed);
   f.request = ev::tiny_eval_request(cases.front(), f.request);

@@ -3,6 +3,7 @@
 // names every case; flags the evaluation fixes itself are refused.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -74,9 +75,22 @@ TEST_F(TinyEvalCli, RefusesWhatTheEvaluationFixesAndBadCounts) {
     EXPECT_EQ(r.status, 1) << bad << "\n" << r.output;
     EXPECT_NE(r.output.find("--cases expects a positive integer"), std::string::npos) << r.output;
   }
-  const RunResult none = run_h3("eval tiny --cases 1");
+}
+
+// Without --model the evaluation judges models/h3-tiny under the working folder (where the README's
+// main command finds it), and says so when there is none.
+TEST_F(TinyEvalCli, DefaultModelIsTheShippedOneUnderTheWorkingFolder) {
+  H3_REQUIRE_BIN();
+  TempDir cwd("h3_eval_cwd");
+  const RunResult none = run_h3("eval tiny --cases 1", true, cwd.path().string());
   EXPECT_EQ(none.status, 1);
-  EXPECT_NE(none.output.find("missing --model"), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find("models/h3-tiny"), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find("--model"), std::string::npos) << none.output;
+  std::filesystem::create_directories(cwd.path() / "models");
+  std::filesystem::create_directory_symlink(tiny_, cwd.path() / "models" / "h3-tiny");
+  const RunResult r = run_h3("eval tiny --cases 1 --steps 2 --json", false, cwd.path().string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output).at("model"), "models/h3-tiny") << r.output;
 }
 
 }  // namespace

@@ -13,11 +13,12 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-RunResult run_h3(const std::string& args, bool merge_stderr) {
+RunResult run_h3(const std::string& args, bool merge_stderr, const std::string& cwd) {
   RunResult r;
   const char* bin = std::getenv("H3_BIN");
   if (!bin) return r;
-  const std::string cmd = shell_quote(bin) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd = (cwd.empty() ? "" : "cd " + shell_quote(cwd) + " && ") +
+                          shell_quote(bin) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];

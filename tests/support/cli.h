@@ -14,7 +14,8 @@ struct RunResult {
 
 std::string shell_quote(const std::string& s);
 // Runs `$H3_BIN args` through the shell; stderr is merged into output unless merge_stderr is false.
-RunResult run_h3(const std::string& args, bool merge_stderr = true);
+// A non-empty `cwd` is the working folder (H3_BIN is absolute under ctest).
+RunResult run_h3(const std::string& args, bool merge_stderr = true, const std::string& cwd = "");
 
 }  // namespace h3::test
 
