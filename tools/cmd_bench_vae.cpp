@@ -233,6 +233,9 @@ int run_bench_vae(const std::vector<std::string>& args) {
       a.t = 37, a.h = 48, a.w = 84;
     }
   }
+  H3_CHECK(!(a.stream && a.f32_output), ErrorCode::kInvalidArgument,
+           "--f32-output is the non-streamed decode's video; --stream hands out uint8 frames: use "
+           "one of them");
   H3_CHECK(!(a.stream && a.fp8), ErrorCode::kInvalidArgument,
            "--stream hands out uint8 frames, and --vae-dtype fp8's PSNR needs the float decode: use one of them");
   H3_CHECK(device.is_cuda() || a.small || latents_given, ErrorCode::kInvalidArgument,

@@ -233,13 +233,15 @@ RequestDefaults request_defaults(const io::Repository& repo, const std::string& 
   if (workflow == "fl2va") d.num_frames = 192;  // FL2VA's preset is 8 s (§4.2)
   const nlohmann::json& index = repo.pipeline_config();
   const std::string file = repo.index_file();
-  if (index.contains("default_num_frames")) {
+  // An entry set to null is absent.
+  auto has = [&](const char* key) { return index.contains(key) && !index.at(key).is_null(); };
+  if (has("default_num_frames")) {
     d.num_frames = io::config_int_or(index, "default_num_frames", file, d.num_frames);
     H3_CHECK(d.num_frames >= 1, ErrorCode::kInvalidFile, file,
              ": default_num_frames must be positive, got ", d.num_frames);
     d.frames_from_checkpoint = true;
   }
-  const bool h = index.contains("default_height"), w = index.contains("default_width");
+  const bool h = has("default_height"), w = has("default_width");
   H3_CHECK(h == w, ErrorCode::kInvalidFile, file,
            ": default_height and default_width go together (the checkpoint's canvas), found only ",
            h ? "default_height" : "default_width");

@@ -409,6 +409,14 @@ class Server {
     eo.vsa.sparsity = settings_.vsa_sparsity;
     eo.vsa.tile_size = settings_.vsa_tile_size;
     eo.plan_request.workflow = "t2va";
+    // The checkpoint's default request, checked once here (a malformed index entry stops the
+    // server at start, not each request) and planned for.
+    const pl::RequestDefaults defaults = pl::request_defaults(repo, "t2va");
+    eo.plan_request.num_frames = defaults.num_frames;
+    if (defaults.height) {
+      eo.plan_request.height = *defaults.height;
+      eo.plan_request.width = *defaults.width;
+    }
     // Adapters are offered from one folder, read and checked now; a request names them. The
     // engine keeps the original tensors a fused adapter rewrites, so that the next request's set
     // is applied without reading the checkpoint again.

@@ -398,8 +398,10 @@ Tensor VideoVae::decode_assembled(const Tensor& z, VideoDecodeProfile* profile, 
 
 Tensor VideoVae::decode(const Tensor& z, VideoDecodeProfile* profile, DType out_dtype) const {
   check_decode_latents(z, config_);
-  H3_CHECK(dtype_is_float(out_dtype), ErrorCode::kInvalidArgument,
-           "video VAE decode: the output dtype must be a float dtype, got ", dtype_name(out_dtype));
+  H3_CHECK(out_dtype == DType::kF32 || out_dtype == DType::kF16 || out_dtype == DType::kBF16,
+           ErrorCode::kInvalidArgument,
+           "video VAE decode: the output dtype must be f32, f16 or bf16, got ",
+           dtype_name(out_dtype));
   const TemporalPlan plan = temporal_decode_plan(z.size(2), config_);
   const int64_t chunk = config_.tokens_chunk_size(), pre = config_.frame_pre_padding();
   // H3_VAE_FUSED_ASSEMBLY=0 restores the op composition below (video_vae_assembly.h).

@@ -101,7 +101,7 @@ class VideoVae {
 
   // ---- decode (§2.6-§2.8) ----
   // z [B, latent, T, h, w] (denormalized latents) -> [B, 3, F, 16h, 16w] ImageNet-normalized RGB on
-  // the model's device, in `out` (a float dtype): float32 by default, the decoder output widened
+  // the model's device, in `out` (f32, f16 or bf16): float32 by default, the decoder output widened
   // exactly from float16 under the autocast policy. decoder_dtype() returns the video as assembled,
   // without that copy: half the memory, as the reference's decode returns its model's bf16.
   Tensor decode(const Tensor& z, VideoDecodeProfile* profile = nullptr,

@@ -212,8 +212,7 @@ Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const T
         const double w = fu[ph + r * q];
         // Inputs past either end of xp contribute nothing (the scatter never reaches there).
         const int64_t j0 = std::max<int64_t>(0, q - base), j1 = std::min(count, lp + q - base);
-        const float* src = xp.data() + base - q;
-        for (int64_t j = j0; j < j1; ++j) acc[j] += static_cast<double>(src[j]) * w;
+        for (int64_t j = j0; j < j1; ++j) acc[j] += static_cast<double>(xp[base - q + j]) * w;
       }
       for (int64_t j = 0; j < count; ++j) s[m0 + r * j] = static_cast<float>(acc[j]);
     }

@@ -20,8 +20,8 @@ if not hasattr(torch, "compiler"):
     torch.compiler.is_compiling = lambda: False
     torch.compiler.disable = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)
 for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
-    if not hasattr(torch, _name):  # dtype names in annotations and tables only
-        setattr(torch, _name, torch.float16 if _name.startswith("float") else torch.int32)
+    if not hasattr(torch, _name):  # names in annotations and dtype tables only: equal to no real dtype
+        setattr(torch, _name, type(_name, (), {"__repr__": lambda self, n=_name: "torch." + n})())
 if not hasattr(dist, "device_mesh"):
     dist.device_mesh = mock.MagicMock(name="torch.distributed.device_mesh")
     dist.device_mesh.DeviceMesh = type("DeviceMesh", (), {})
@@ -41,13 +41,16 @@ if not hasattr(F, "scaled_dot_product_attention"):
             rep = query.shape[-3] // key.shape[-3]
             key, value = key.repeat_interleave(rep, dim=-3), value.repeat_interleave(rep, dim=-3)
         s = torch.matmul(query, key.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(query.shape[-1]))
-        if is_causal:
+        if is_causal:  # aligned top-left, as torch's: query i sees keys 0..i
             q_len, k_len = query.shape[-2], key.shape[-2]
-            keep = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)
+            keep = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()
             s = s.masked_fill(~keep, float("-inf"))
         if attn_mask is not None:
             s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
-        return torch.matmul(torch.softmax(s.float(), dim=-1).to(query.dtype), value)
+        p = torch.softmax(s.float(), dim=-1).to(query.dtype)
+        if dropout_p > 0.0:
+            p = F.dropout(p, dropout_p)
+        return torch.matmul(p, value)
 
     F.scaled_dot_product_attention = scaled_dot_product_attention
 
