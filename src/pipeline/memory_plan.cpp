@@ -406,6 +406,8 @@ uint64_t vae_encode_work(const video_vae::VideoVaeConfig& c, const TargetGeometr
 // a batch of 2, float32: at the widest level (channels x length) the level input, the sum of the
 // resblocks, a resblock's running value and its branch (4 x E), and inside the anti-aliased
 // activation the 2x upsampled signal with its cropped copy (4 x E); plus the waveform.
+// On CUDA a dense convolution also holds its im2col columns (channels x taps per output sample, at
+// most 256 MiB) and a float32 result for one batch item (ops/cuda/conv.cu, conv1d_gemm).
 uint64_t audio_decode_work(const nlohmann::json& cfg, int64_t latents) {
   int64_t ch = cfg_int(cfg, "decoder_dim", 1024);
   int64_t len = latents, widest = ch * len;
@@ -414,7 +416,11 @@ uint64_t audio_decode_work(const nlohmann::json& cfg, int64_t latents) {
     ch = std::max<int64_t>(ch / 2, 1);
     widest = std::max(widest, ch * len);
   }
-  return static_cast<uint64_t>(8 * kAudioChannels * widest * 4 + kAudioChannels * len * 4);
+  int64_t taps = 1;
+  for (int64_t k : cfg_ints(cfg, "resblock_kernel_sizes", {3, 7, 11})) taps = std::max(taps, k);
+  const int64_t columns = std::min<int64_t>(widest * taps * 4, int64_t{256} << 20) + widest * 4;
+  return static_cast<uint64_t>(8 * kAudioChannels * widest * 4 + kAudioChannels * len * 4 +
+                               columns);
 }
 
 // Audio VAE encode (ref2va with reference audio, §3.3): the reference is cut to the clip's

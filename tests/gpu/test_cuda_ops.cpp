@@ -153,6 +153,32 @@ TEST(CudaFusion, SwigluAndGatedResidualSwitches) {
   EXPECT_LE(g.rel_l2, 1e-2);
 }
 
+// The one-pass anti-aliased SnakeBeta against the composition it replaces (H3_FUSE_AA_SNAKE=0),
+// across block edges (256 outputs per block) and at a row shorter than the filter.
+TEST(CudaFusion, AntiAliasedSnakeBetaMatchesTheComposition) {
+  H3_REQUIRE_CUDA();
+  for (const int64_t l : {int64_t{1}, int64_t{5}, int64_t{1000}}) {
+    const int64_t c = 6, k = 12;
+    const Tensor x = to_gpu(randn({2, c, l}, DType::kF32, 31));
+    const Tensor la = to_gpu(randn({c}, DType::kF32, 32, 0.5f)),
+                 lb = to_gpu(randn({c}, DType::kF32, 33, 0.5f));
+    const Tensor up = to_gpu(randn({c, 1, k}, DType::kF32, 34, 0.3f));
+    const Tensor down = to_gpu(randn({c, 1, k}, DType::kF32, 35, 0.15f));
+    const Tensor fused = ops::anti_aliased_snake_beta(x, la, lb, up, down, 2);
+    Tensor plain;
+    {
+      ScopedEnv off("H3_FUSE_AA_SNAKE", "0");
+      plain = ops::anti_aliased_snake_beta(x, la, lb, up, down, 2);
+    }
+    const Diff d = diff(fused, plain);
+    std::printf(
+        "anti_aliased_snake_beta L=%lld fused vs composition: rel_l2=%.3e max_abs=%.3e (bound "
+        "1e-5)\n",
+        static_cast<long long>(l), d.rel_l2, d.max_abs);
+    EXPECT_LE(d.rel_l2, 1e-5) << "L=" << l;
+  }
+}
+
 // The eight-values-per-thread kernels (vec8_ok) against the one-value kernels (H3_FUSE_VEC8=0) at
 // the DiT's widths: SwiGLU and the gated residual do the same float32 arithmetic per value, so
 // their bytes are equal; the norms add each row's squares in another order, so their float32

@@ -246,6 +246,8 @@ void add_cases() {
     add_conv1d({1, 6, 20, 4, 3, 1, 1, 1, 2}, t, false);      // groups 2
     add_conv1d({2, 3, 30, 3, 12, 2, 0, 1, 3}, t, false);     // depthwise low-pass, stride 2
     add_conv1d({1, 8, 9, 1, 1}, t, false);                   // 1x1
+    // An AMP block convolution at a width where the dense path's im2col and GEMM do the work.
+    add_conv1d({2, 64, 1200, 64, 11, 1, 15, 3}, t, true, /*large=*/true);
     add_convt1d({2, 8, 11, 4, 9, 5, 2}, t, true);            // decoder upsample x5 (k9)
     add_convt1d({1, 6, 13, 3, 4, 2, 1}, t, true);            // decoder upsample x2 (k4)
     add_convt1d({2, 3, 10, 3, 12, 2, 0, 0, 1, 3}, t, false); // depthwise anti-alias upsampler

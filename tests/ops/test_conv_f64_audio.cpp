@@ -211,6 +211,7 @@ void add_cases() {
   add_anti_aliased_snake_beta({2, 3, 37, 12, 2});        // the decoder's filters (K 12, ratio 2)
   add_anti_aliased_snake_beta({1, 2, 1, 12, 2});         // one sample: every tap is padding
   add_anti_aliased_snake_beta({1, 2, 9, 7, 3});          // odd K, ratio 3
+  add_anti_aliased_snake_beta({1, 3, 700, 12, 2});       // three CUDA blocks of 256 outputs
   add_anti_aliased_snake_beta({1, 64, 41400, 12, 2}, /*large=*/true);  // a released level's width
 }
 H3_OPS_CASES(add_cases);

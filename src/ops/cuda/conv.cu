@@ -2,8 +2,14 @@
 // - conv3d (video VAE): padding by pad3d (zeros/reflect/replicate, ops.h), then im2col over
 //   bounded chunks of output frames and one cuBLASLt GEMM per chunk (float32 accumulation), bias
 //   and the one rounding in the epilogue kernel. A 1x1x1 stride-1 kernel skips the im2col.
-// - conv1d / conv_transpose1d (audio VAE): direct kernels, one thread per output sample, float32
-//   accumulation (the audio VAE is small next to the DiT; these favour simplicity for now).
+// - conv1d (audio VAE): a dense convolution (groups 1) as im2col over bounded chunks of output
+//   samples and one cuBLASLt GEMM per chunk (float32 accumulation, no TF32), like conv3d: the
+//   audio decoder's AMP blocks are 512-channel convolutions of up to 11 taps, which the direct
+//   kernel below ran at a few TFLOP/s. Grouped (the anti-aliasing filters are depthwise, 12 taps)
+//   and transposed convolutions keep the direct kernels, one thread per output sample;
+//   H3_FUSE_CONV1D_GEMM=0 sends dense ones back to it too.
+// - anti_aliased_snake_beta (audio VAE): one kernel for the up-filter, SnakeBeta and down-filter
+//   (H3_FUSE_AA_SNAKE=0: the six passes of the composition).
 #include <algorithm>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -98,10 +104,79 @@ __global__ void im2col3d_kernel(const E* x, E* col, int64_t cin, int64_t t_in, i
   }
 }
 
+// col[(ci, kk), c] = x[ci, (l0 + c) * stride - padding + kk * dilation] (zero outside [0, l)) for
+// one batch item x [Cin, L]; c in [0, cols).
+template <typename E>
+__global__ void im2col1d_kernel(const E* x, E* col, int64_t cin, int64_t l, int k, int stride,
+                                int padding, int dilation, int64_t l0, int64_t cols) {
+  const int64_t n = cin * k * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const int64_t ci = r / k, kk = r - ci * k;
+    const int64_t li = (l0 + c) * stride - padding + kk * dilation;
+    col[i] = li >= 0 && li < l ? x[ci * l + li] : E(0);
+  }
+}
+
 void check_float(const Tensor& t, const char* op, const char* name) {
   H3_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
            ErrorCode::kUnsupported, "ops::", op, ": ", name, " dtype ", dtype_name(t.dtype()),
            " is not supported on CUDA (expected f32, bf16 or f16)");
+}
+
+// out [N, Cout, Lout] = conv1d(x [N, Cin, L], w [Cout, Cin, K]) + bias: per batch item and chunk
+// of output samples, im2col then acc[Cout, cols] = W[Cout, Cin*K] x col[Cin*K, cols] in float32,
+// then the bias and the one rounding to out's dtype.
+void conv1d_gemm(const Tensor& x_in, const Tensor& w_in, const Tensor* bias, int stride,
+                 int padding, int dilation, Tensor& out) {
+  const int64_t n = x_in.size(0), cin = x_in.size(1), l = x_in.size(2);
+  const int64_t cout = w_in.size(0), k = w_in.size(2), lout = out.size(2);
+  const DType ct = x_in.dtype() == w_in.dtype() ? x_in.dtype() : DType::kF32;
+  const Tensor x = as_dtype(x_in, ct), w = as_dtype(w_in, ct);
+  const int64_t ck = cin * k;
+  const int64_t es = static_cast<int64_t>(dtype_size(ct));
+  const bool pointwise = k == 1 && stride == 1 && padding == 0;
+  // Output samples per GEMM: bounded by the column buffer and the float32 result buffer.
+  const int64_t per_sample = std::max<int64_t>(1, std::max(pointwise ? 0 : ck * es, cout * 4));
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min<int64_t>(lout, kColumnBudgetBytes / per_sample));
+  Tensor col;
+  if (!pointwise) col = Tensor::empty({ck * chunk}, ct, x.device());
+  Tensor acc = Tensor::empty({cout * chunk}, DType::kF32, x.device());
+  const int64_t oes = static_cast<int64_t>(dtype_size(out.dtype()));
+  for (int64_t nb = 0; nb < n; ++nb) {
+    const uint8_t* xi = static_cast<const uint8_t*>(x.raw()) + nb * cin * l * es;
+    for (int64_t l0 = 0; l0 < lout; l0 += chunk) {
+      const int64_t cols = std::min(chunk, lout - l0);
+      const void* bptr;
+      GemmOperand B;
+      if (pointwise) {
+        // A 1x1 convolution reads x [Cin, L] as it is: columns l0.. of a row-major [Cin, L].
+        bptr = xi + l0 * es;
+        B = GemmOperand{bptr, ct, l, false, 0};
+      } else {
+        const int64_t total = ck * cols;
+        if (es == 2) {
+          im2col1d_kernel<uint16_t><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
+              reinterpret_cast<const uint16_t*>(xi), static_cast<uint16_t*>(col.raw()), cin, l,
+              static_cast<int>(k), stride, padding, dilation, l0, cols);
+        } else {
+          im2col1d_kernel<uint32_t><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
+              reinterpret_cast<const uint32_t*>(xi), static_cast<uint32_t*>(col.raw()), cin, l,
+              static_cast<int>(k), stride, padding, dilation, l0, cols);
+        }
+        check_launch("conv1d im2col");
+        bptr = col.raw();
+        B = GemmOperand{bptr, ct, cols, false, 0};
+      }
+      const GemmOperand A{w.raw(), ct, ck, false, 0};
+      gemm(cout, cols, ck, A, B, acc.raw(), DType::kF32, cols, 0, 1, nullptr, x.device().index);
+      void* dst = static_cast<uint8_t*>(out.raw()) + (nb * cout * lout + l0) * oes;
+      bias_add_cast(static_cast<const float*>(acc.raw()), cols, bias, true, dst, out.dtype(), lout,
+                    cout, cols);
+    }
+  }
 }
 
 Tensor conv1d_common(const Tensor& x_in, const Tensor& w_in, const Tensor* bias, bool transposed,
@@ -145,6 +220,10 @@ Tensor conv1d_common(const Tensor& x_in, const Tensor& w_in, const Tensor* bias,
   Tensor out = Tensor::empty({n, cout, lout}, x.dtype(), x.device());
   const int64_t total = out.numel();
   if (total == 0) return out;
+  if (!transposed && groups == 1 && fusion_enabled("CONV1D_GEMM")) {
+    conv1d_gemm(x, w, bias ? &b : nullptr, stride, padding, dilation, out);
+    return out;
+  }
   Conv1dArgs a{x.raw(), dtype_code(x.dtype()), w.raw(), dtype_code(w.dtype()), bias ? b.raw() : nullptr,
                bias ? dtype_code(b.dtype()) : 0, out.raw(), dtype_code(out.dtype()), n, cin, l, cout, k,
                lout, stride, padding, dilation, groups};
@@ -261,13 +340,103 @@ Tensor conv3d(const Tensor& x_in, const Tensor& w_in, const Tensor* bias, const 
   return out;
 }
 
-// The composition ops.h defines it by, one kernel per pass (the CPU has the one-pass form).
+namespace {
+
+// Outputs per block of the one-pass anti-aliased SnakeBeta (one thread each).
+constexpr int kAaTile = 256;
+
+__device__ __forceinline__ int64_t floor_div(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// One block: kAaTile outputs j0.. of one row (batch item, channel) of x [rows, L] (float32).
+// Stages the replicate-padded inputs the block's up-filter taps reach, then the SnakeBeta of every
+// 2x sample its down-filter taps reach (replicate padding as clamped positions), in shared
+// memory; each sample is computed once, in float32.
+__global__ void anti_aliased_snake_beta_kernel(
+    const float* __restrict__ x, const float* __restrict__ log_alpha,
+    const float* __restrict__ log_beta, const float* __restrict__ up,
+    const float* __restrict__ down, float* __restrict__ out, int64_t rows, int64_t c, int64_t l,
+    int k, int r, int64_t pad, int64_t crop, int64_t left, int ns, int nx) {
+  extern __shared__ float shared[];
+  float* xs = shared;       // padded inputs ilo.. (nx at most)
+  float* ss = shared + nx;  // SnakeBeta at 2x positions q0.. (ns)
+  const int64_t lu = r * l, lp = l + 2 * pad;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kAaTile;
+  const int64_t q0 = r * j0 - left;
+  const int64_t mlo = max(q0, int64_t{0}), mhi = min(q0 + ns - 1, lu - 1);
+  const int64_t ilo = max(int64_t{0}, floor_div(mlo + crop - k + r, r));
+  const int64_t ihi = min(lp - 1, (mhi + crop) / r);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int64_t ch = row % c;
+    const float* xr = x + row * l;
+    const float* fu = up + ch * k;
+    const float* fd = down + ch * k;
+    for (int64_t i = threadIdx.x; i <= ihi - ilo; i += blockDim.x)
+      xs[i] = xr[min(max(ilo + i - pad, int64_t{0}), l - 1)];
+    __syncthreads();
+    const float alpha = expf(log_alpha[ch]);
+    const float inv = 1.0f / (expf(log_beta[ch]) + 1e-9f);
+    for (int idx = threadIdx.x; idx < ns; idx += blockDim.x) {
+      const int64_t m = min(max(q0 + idx, int64_t{0}), lu - 1), t = m + crop;
+      const int64_t i1 = min(lp - 1, t / r);
+      float u = 0.0f;
+      for (int64_t i = max(int64_t{0}, floor_div(t - k + r, r)); i <= i1; ++i)
+        u += xs[i - ilo] * fu[t - r * i];
+      const float sn = sinf(alpha * u);
+      ss[idx] = u + inv * sn * sn;
+    }
+    __syncthreads();
+    const int64_t j = j0 + threadIdx.x;
+    if (j < l) {
+      float acc = 0.0f;
+      for (int kk = 0; kk < k; ++kk) acc += ss[r * static_cast<int>(threadIdx.x) + kk] * fd[kk];
+      out[row * l + j] = acc;
+    }
+    __syncthreads();  // the next row overwrites xs and ss
+  }
+}
+
+}  // namespace
+
+// Float32 operands (the audio VAE's) take the one-pass kernel; other dtypes, and every call with
+// H3_FUSE_AA_SNAKE=0, the composition ops.h defines it by, one kernel per pass.
 Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const Tensor& log_beta,
                                const Tensor& up_filter, const Tensor& down_filter, int ratio) {
-  const int64_t l = x.size(2), k = up_filter.size(2), r = ratio;
+  const int64_t n = x.size(0), c = x.size(1), l = x.size(2), k = up_filter.size(2), r = ratio;
   const int pad = static_cast<int>(k / r - 1);
   const int64_t crop = pad * r + (k - r) / 2;
-  const int groups = static_cast<int>(x.size(1));
+  const int left = static_cast<int>(k / 2 - (k % 2 == 0 ? 1 : 0)), right = static_cast<int>(k / 2);
+  bool all_f32 = true;
+  for (const Tensor* t : {&x, &log_alpha, &log_beta, &up_filter, &down_filter}) {
+    require_cuda(*t, "anti_aliased_snake_beta", "operand");
+    all_f32 = all_f32 && t->dtype() == DType::kF32;
+  }
+  if (all_f32 && fusion_enabled("AA_SNAKE")) {
+    set_device_of(x);
+    Tensor out = Tensor::empty({n, c, l}, DType::kF32, x.device());
+    if (out.numel() == 0) return out;
+    auto dense = [](const Tensor& t) { return t.is_contiguous() ? t : cuda::copy(t); };
+    const Tensor xc = dense(x), ac = dense(log_alpha), bc = dense(log_beta);
+    const Tensor uc = dense(up_filter), dc = dense(down_filter);
+    const int ns = static_cast<int>(r * (kAaTile - 1) + k);
+    const int nx = (ns - 1 + static_cast<int>(k) - 1) / static_cast<int>(r) + 2;
+    const size_t smem = static_cast<size_t>(ns + nx) * sizeof(float);
+    // (2 x 255 + K) + about half that, in floats: 3 KiB for the decoder's K = 12 at ratio 2.
+    H3_CHECK(smem <= 48 * 1024, ErrorCode::kUnsupported, "ops::anti_aliased_snake_beta: K ", k,
+             " at ratio ", ratio, " needs ", smem,
+             " bytes of shared memory per block (48 KiB at most)");
+    const dim3 grid(static_cast<unsigned>((l + kAaTile - 1) / kAaTile),
+                    static_cast<unsigned>(std::min<int64_t>(n * c, 65535)));
+    anti_aliased_snake_beta_kernel<<<grid, kAaTile, smem, current_stream()>>>(
+        static_cast<const float*>(xc.raw()), static_cast<const float*>(ac.raw()),
+        static_cast<const float*>(bc.raw()), static_cast<const float*>(uc.raw()),
+        static_cast<const float*>(dc.raw()), static_cast<float*>(out.raw()), n * c, c, l,
+        static_cast<int>(k), ratio, pad, crop, left, ns, nx);
+    check_launch("anti_aliased_snake_beta");
+    return out;
+  }
+  const int groups = static_cast<int>(c);
   const int pads_up[6] = {0, 0, 0, 0, pad, pad};
   ConvTranspose1dParams up;
   up.stride = ratio;
@@ -275,7 +444,6 @@ Tensor anti_aliased_snake_beta(const Tensor& x, const Tensor& log_alpha, const T
   Tensor h =
       cuda::conv_transpose1d(cuda::pad3d(x, pads_up, PadMode::kReplicate), up_filter, nullptr, up);
   h = cuda::snake_beta(cuda::copy(h.slice(2, crop, crop + r * l)), log_alpha, log_beta);
-  const int left = static_cast<int>(k / 2 - (k % 2 == 0 ? 1 : 0)), right = static_cast<int>(k / 2);
   const int pads_down[6] = {0, 0, 0, 0, left, right};
   return cuda::conv1d(cuda::pad3d(h, pads_down, PadMode::kReplicate), down_filter, nullptr,
                       {.stride = ratio, .padding = 0, .dilation = 1, .groups = groups});

@@ -47,7 +47,7 @@ Tensor as_dtype(const Tensor& t, DType dtype);
 // Fusion switches (h3.c's habit: every fused kernel can be turned off to bisect a regression).
 // H3_FUSED=0 turns every fusion off; H3_FUSE_<NAME>=0 turns one off, e.g. H3_FUSE_QKNORM_ROPE=0.
 // `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS",
-// "FP8_BIAS", "FP8_QUANT_VEC".
+// "FP8_BIAS", "FP8_QUANT_VEC", "CONV1D_GEMM".
 bool fusion_enabled(const char* name);
 
 // Whether t can be read and written eight values at a time (ld8/st8 in elementwise_util.cuh): a
