@@ -35,7 +35,7 @@ int run_make_tiny(const std::vector<std::string>& args) {
           "  --released-shapes   full-size layout as sparse files (exact headers, no data)\n"
           "  --fasth3            add the FastH3 student's VSA gates to transformer/ (the\n"
           "                      engine then runs it with the fasth3 preset)\n"
-          "  --vae-spatial-ratio N  the video VAE compresses by N = 8 or 16 (default 16, as\n"
+          "  --vae-spatial-ratio N  the video VAE compresses by N = 4, 8 or 16 (default 16, as\n"
           "                      released): canvases then come in multiples of 2N\n"
           "  --vae-latent-channels N  the video VAE's latent width (default 24, as released;\n"
           "                      1-256); the DiT's in_channels follows it\n"
@@ -56,8 +56,8 @@ int run_make_tiny(const std::vector<std::string>& args) {
     } else if (a == "--vae-spatial-ratio") {
       H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument, "--vae-spatial-ratio needs a value");
       const std::string& v = args[++i];
-      H3_CHECK(v == "8" || v == "16", h3::ErrorCode::kInvalidArgument,
-               "--vae-spatial-ratio must be 8 or 16, got '", v, "'");
+      H3_CHECK(v == "4" || v == "8" || v == "16", h3::ErrorCode::kInvalidArgument,
+               "--vae-spatial-ratio must be 4, 8 or 16, got '", v, "'");
       opt.vae_spatial_ratio = std::stoll(v);
     } else if (a == "--vae-latent-channels") {
       H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument,

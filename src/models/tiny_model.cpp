@@ -821,6 +821,10 @@ void write_repository(const fs::path& root, const std::string& repo_name,
       json f = json::array();
       for (int64_t i = 0, r = opt.vae_spatial_ratio; i < 6; ++i, r /= 2) f.push_back(r > 1 ? 2 : 1);
       config["spatial_downsample_factors"] = f;
+      // A stage that halves time must halve space too (its strided convolution pads space only
+      // for a spatial stride of 2), so with two spatial halvings the two temporal ones move onto
+      // them.
+      if (opt.vae_spatial_ratio == 4) config["temporal_downsample_factors"] = {2, 2, 1, 1, 1, 1};
     }
     if (opt.vae_latent_channels > 0) {
       const int64_t n = opt.vae_latent_channels;
@@ -855,8 +859,8 @@ void write_repository(const fs::path& root, const std::string& repo_name,
 void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
   H3_CHECK(!dir.empty(), ErrorCode::kInvalidArgument, "make-tiny: empty output folder");
   const int64_t r = opt.vae_spatial_ratio;
-  H3_CHECK(r == 0 || r == 8 || r == 16, ErrorCode::kInvalidArgument,
-           "make-tiny: the VAE's spatial ratio must be 8 or 16, got ", r);
+  H3_CHECK(r == 0 || r == 4 || r == 8 || r == 16, ErrorCode::kInvalidArgument,
+           "make-tiny: the VAE's spatial ratio must be 4, 8 or 16, got ", r);
   H3_CHECK(r == 0 || !opt.released_shapes, ErrorCode::kInvalidArgument,
            "make-tiny: a VAE spatial ratio is for tiny repositories, not --released-shapes");
   const int64_t lc = opt.vae_latent_channels;

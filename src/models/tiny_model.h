@@ -35,8 +35,9 @@ struct MakeTinyOptions {
   bool force = false;
   // The video VAE's spatial compression: 0 keeps the release's 16; 8 drops the fourth stage's
   // halving (its factors become 2, 2, 2, 1, 1, 1: the temporal strides stay on halving stages, as
-  // the engine requires). The reference builds the same VAE from these config fields; the canvas
-  // multiple becomes 16. Tiny only.
+  // the engine requires); 4 keeps two halvings and moves both temporal strides onto them (2, 2,
+  // 1, 1, 1, 1 for both). The reference builds the same VAE from these config fields; the canvas
+  // multiple becomes 2 x the ratio. Tiny only.
   int64_t vae_spatial_ratio = 0;
   // The video VAE's latent channels: 0 keeps the release's 24. The DiT's (and the reference DiT's)
   // in_channels follow, as the reference pairs them. Tiny only.

@@ -158,9 +158,37 @@ TEST(CliGenerate, VaeSpatialRatioEightSetsTheCanvasMultipleAndTheLatentGrid) {
   EXPECT_TRUE(contains(r.output, "multiples of 16")) << r.output;
   EXPECT_FALSE(fs::exists(bad));
 
-  r = run_h3("make-tiny --vae-spatial-ratio 4 " + shell_quote((tmp.path() / "model4").string()));
+  r = run_h3("make-tiny --vae-spatial-ratio 2 " + shell_quote((tmp.path() / "model2").string()));
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.output, "--vae-spatial-ratio")) << r.output;
+}
+
+// At ratio 4 (factors 2, 2, 1, 1, 1, 1) the two temporal halvings sit on the two spatial ones, as
+// a stage that halves only time would shrink each frame: 40x72 runs (multiples of 8), the latent
+// grid is 10x18 (5x9 patches per latent frame) and time still compresses 4x (22 frames -> 7).
+TEST(CliGenerate, VaeSpatialRatioFourMovesTheTemporalHalvings) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const fs::path model = make_tiny(tmp.path(), "--vae-spatial-ratio 4");
+  std::ifstream cfg_in(model / "vae" / "config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(cfg_in);
+  EXPECT_EQ(cfg.at("spatial_downsample_factors"), nlohmann::json({2, 2, 1, 1, 1, 1}));
+  EXPECT_EQ(cfg.at("temporal_downsample_factors"), nlohmann::json({2, 2, 1, 1, 1, 1}));
+  const fs::path out = tmp.path() / "clip.mp4", receipt = tmp.path() / "receipt.json";
+  const RunResult r =
+      run_h3("generate --model " + shell_quote(model.string()) +
+             " --prompt 'a red circle bounces' --height 40 --width 72 --num-frames 22 --steps 2"
+             " --seed 1 --allow-any-duration --device cpu --out " +
+             shell_quote(out.string()) + " --receipt " + shell_quote(receipt.string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(fs::exists(out));
+  std::ifstream in(receipt);
+  const nlohmann::json rc = nlohmann::json::parse(in).at("values");
+  EXPECT_EQ(rc.at("height").get<int64_t>(), 40);
+  EXPECT_EQ(rc.at("width").get<int64_t>(), 72);
+  EXPECT_EQ(rc.at("packed_rows").get<int64_t>() - rc.at("text_tokens").get<int64_t>(),
+            7 * 45 + 2 * 37)
+      << rc.dump();
 }
 
 // The latents' width comes from the VAE's config and the DiT's in_channels, as in the reference:

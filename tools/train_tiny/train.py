@@ -68,22 +68,18 @@ ROPE_SPATIAL_SCALE = 32
 SIZES = {
     "make-tiny": {"vae": {}, "audio_vae": {}, "dit": {}},
     "train": {
-        # Spatial ratio 8 (three 2x stages, not the release's four): at 16, a 14-20 px shape is one
-        # latent token and one DiT patch vector covers a 32 x 32 px block, 2 x 4 of them per frame.
-        # Runs 2-9 at 16 kept colour and motion in reconstructions but never the shape (0.29-0.46
-        # of held-out clips, chance 0.33), whatever the decoder's width or loss; the DiT learned
-        # the colour and the tone, not the motion. The reference derives the decoder's patch and
-        # the pipeline's latent grid from these factors, so the engine runs it unchanged.
-        # 64 latent channels, not the release's 24: at 24 every run (bf16 or float32, learning rates
-        # 1e-4 to 5e-4, heavier edge and object weights) stalled at 23 dB from step 1,500 with the
-        # same reconstructions, each 8 x 8 x 4 token drawn as a 2 x 2 mosaic of 4 px squares per
-        # frame: about the 16 values per token a linear code of 24 channels affords once colour
-        # is paid for. The release's 24 channels per 16 x 16 x 4 token rely on a code learned over
-        # far more steps than a few minutes give. The encoder's middle stages widen so that no
-        # stage holds fewer channels than the latent.
+        # Spatial ratio 4 (two 2x stages, not the release's four), 32 latent channels. At 16 a shape
+        # was one latent token and the reconstructions never kept it (0.29-0.46 of held-out clips,
+        # chance 0.33). At 8 the decoder drew every 8 x 8 token as a 2 x 2 mosaic of 4 px squares
+        # whatever the latent width (24 or 64 channels), precision, rate or loss weights, and kept
+        # the shape in 0.58. At 4 (4 x 4 px tokens, a 22-30 px shape spans six or seven) the same
+        # 370 s keep it in 0.83 at 26.1 dB. A stage that halves time must halve space too (see
+        # vae_overrides), so both temporal strides sit on the two spatial stages. The reference
+        # derives the decoder's patch and the pipeline's latent grid from these factors, so the
+        # engine runs it unchanged; the DiT gets 1,536 video rows per clip instead of 384.
         "vae": {"block_out_channels": [16, 32, 64, 96, 96, 96], "decoder_num_attention_heads": 6,
-                "decoder_num_layers": 3, "spatial_downsample_factors": [2, 2, 2, 1, 1, 1],
-                "latent_channels": 64},
+                "decoder_num_layers": 3, "spatial_downsample_factors": [2, 2, 1, 1, 1, 1],
+                "temporal_downsample_factors": [2, 2, 1, 1, 1, 1], "latent_channels": 32},
         # Seven 2x-halving upsamplers from make-tiny's 128 channels leave 1 channel at 32 kHz, and
         # a first run with them learned silence (held-out SNR 0 dB). Four stages (x10, x8, x5, x2)
         # end at 8 channels for about the same parameter count.
@@ -95,6 +91,7 @@ SIZES = {
 # Fields a size preset may change; everything else of a component's config is make-tiny's.
 RESIZABLE = {
     "vae": {"block_out_channels", "decoder_num_attention_heads", "decoder_num_layers", "spatial_downsample_factors",
+            "temporal_downsample_factors",
             "decoder_attention_head_dim", "layers_per_block", "norm_num_groups", "latent_channels"},
     "audio_vae": {"encoder_dim", "decoder_dim", "latent_dim", "num_attention_heads", "decoder_rates",
                   "decoder_kernel_sizes"},
@@ -439,6 +436,22 @@ def save_part(out, part, model, cfg, log_record):
         log_record["earlier_runs"] = earlier + [prev]
     with open(prev_path, "w") as f:
         json.dump(log_record, f, indent=1)
+
+
+def vae_overrides(args):
+    """The video VAE's shape flags over the size preset (--vae-spatial-ratio, --vae-latent-channels),
+    for runs that compare ratios or widths against the preset's."""
+    out = {}
+    if args.vae_spatial_ratio:
+        stages = {4: 2, 8: 3, 16: 4}[args.vae_spatial_ratio]
+        out["spatial_downsample_factors"] = [2] * stages + [1] * (6 - stages)
+        # A stage that halves time but not space shrinks each frame by two pixels (its strided
+        # convolution pads space only for a spatial stride of 2; the engine refuses such a stage),
+        # so at ratio 4 the two temporal halvings move onto the two spatial ones.
+        out["temporal_downsample_factors"] = [2, 2, 1, 1, 1, 1] if stages == 2 else [1, 2, 2, 1, 1, 1]
+    if args.vae_latent_channels:
+        out["latent_channels"] = args.vae_latent_channels
+    return out
 
 
 def part_model(args, part, cls, device, overrides=None):
@@ -787,7 +800,7 @@ def part_vae(args, log):
     if args.decoder_only:
         vae, cfg, kept = decoder_only_model(args, device, log)
     else:
-        vae, cfg = part_model(args, "vae", Ref.VideoVAE, device)
+        vae, cfg = part_model(args, "vae", Ref.VideoVAE, device, vae_overrides(args))
     n_train = 32 if args.smoke else None
     train = load_clips(args.data, "train", n_train)
     held = load_clips(args.data, "heldout", 4 if args.smoke else 24)
@@ -1479,6 +1492,10 @@ def main(argv):
                     help="vae: keep WORK/parts/vae's encoder (and latent space), train a fresh decoder at --size")
     ap.add_argument("--edge-weight", type=float, default=2.0,
                     help="vae: weight of an L1 loss on spatial differences (sharper edges)")
+    ap.add_argument("--vae-spatial-ratio", type=int, choices=(4, 8, 16), default=None,
+                    help="vae: pixels per latent token along each spatial axis (default: the size preset's)")
+    ap.add_argument("--vae-latent-channels", type=int, default=None,
+                    help="vae: latent channels (default: the size preset's)")
     ap.add_argument("--fg-weight", type=float, default=4.0, help="extra loss weight of object pixels (vae)")
     ap.add_argument("--audio-crop", type=int, default=20, help="audio_vae: training crop in latent frames (800 samples)")
     ap.add_argument("--audio-l1", type=float, default=5.0, help="waveform L1 weight next to the STFT loss")

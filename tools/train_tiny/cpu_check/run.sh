@@ -7,7 +7,8 @@
 # REPO, FEATURES_DIR and WORK as for run_device.sh; PART defaults to vae audio_vae dit export.
 # Needs a python3 with torch and numpy (Debian: apt install python3-torch); what an older torch or a
 # machine without the Hub client or safetensors lacks comes from torch_compat.py and standins/ (the
-# installed packages win where they exist). ANCHOR (default .device-anchor) holds dmin.tar.xz.
+# installed packages win where they exist). ANCHOR (default .device-anchor) holds dmin.tar.xz; EXTRA
+# holds more train.py flags for every part, as for run_device.sh.
 # About three minutes on two cores.
 set -euo pipefail
 if [ $# -lt 3 ]; then
@@ -49,5 +50,5 @@ mkdir -p "$WORK"
 for part in "${PARTS[@]}"; do
   echo "=== $part (smoke, cpu) ==="
   train "$part" --repo "$REPO" --data "$DATA" --out "$WORK" --steps 4 --seed 0 --smoke --device cpu \
-    --anchor "$ANCHOR" 2>&1 | tee "$WORK/$part.log"
+    --anchor "$ANCHOR" ${EXTRA:-} 2>&1 | tee "$WORK/$part.log"
 done
