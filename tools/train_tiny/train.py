@@ -1267,6 +1267,7 @@ def part_dit(args, log):
     gen = torch.Generator(device).manual_seed(args.seed + 3)
     record = {"part": "dit", "seed": args.seed, "steps": steps, "batch": batch, "groups": groups, "lr": args.lr,
               "ema": args.ema, "audio_weight": args.audio_weight, "precision": args.precision,
+              "stratified_noise_levels": bool(args.stratify),
               "train_clips": len(train["prompt"]), "data_seed": train["seed"], "params": params,
               "timestep_sampling": "base sigma u ~ U(0,1); video t = 1 - shift12(u), audio t = 1 - shift3(u)",
               "env": env_record(), "resumed": bool(args.resume), "log": [], "val": []}
@@ -1296,10 +1297,14 @@ def part_dit(args, log):
             gr["lr"] = lr_at(step, budget, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         tot = torch.zeros(3, device=device)
-        for _ in range(groups):
+        # One noise level per micro-batch (the DiT takes one row layout per call), stratified over
+        # the step's micro-batches: each still draws u ~ U(0, 1), but a step covers the whole range
+        # instead of a few random points of it, so the gradient varies less from step to step.
+        strata = rng.permutation(groups) if args.stratify else None
+        for g in range(groups):
             L = lens[rng.choice(len(lens), p=weights)]
             idx = rng.choice(by_len[L], size=batch)
-            u = float(rng.uniform(0.0, 1.0))
+            u = float((strata[g] + rng.uniform(0.0, 1.0)) / groups) if args.stratify else float(rng.uniform(0.0, 1.0))
             txt = torch.stack([txt_cache[train["prompt"][i]] for i in idx])
             ix = torch.from_numpy(idx).to(device)
             loss, lv, la = flow_loss(dit, layouts, layouts.get(L), xv_all[ix], xa_all[ix], txt, u, gen,
@@ -1500,6 +1505,8 @@ def main(argv):
     ap.add_argument("--audio-crop", type=int, default=20, help="audio_vae: training crop in latent frames (800 samples)")
     ap.add_argument("--audio-l1", type=float, default=5.0, help="waveform L1 weight next to the STFT loss")
     ap.add_argument("--groups", type=int, default=4, help="dit: micro-batches per step (one timestep each)")
+    ap.add_argument("--stratify", action=argparse.BooleanOptionalAction, default=True,
+                    help="dit: stratify the micro-batches' noise levels over [0, 1) within a step")
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--audio-weight", type=float, default=1.0)
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16", help="dit autocast")
