@@ -1269,7 +1269,8 @@ def part_dit(args, log):
               "ema": args.ema, "audio_weight": args.audio_weight, "precision": args.precision,
               "stratified_noise_levels": bool(args.stratify),
               "train_clips": len(train["prompt"]), "data_seed": train["seed"], "params": params,
-              "timestep_sampling": "base sigma u ~ U(0,1); video t = 1 - shift12(u), audio t = 1 - shift3(u)",
+              "timestep_sampling": "base sigma u ~ U(0,1) per micro-batch (stratified over the step when "
+                                   "stratified_noise_levels); video t = 1 - shift12(u), audio t = 1 - shift3(u)",
               "env": env_record(), "resumed": bool(args.resume), "log": [], "val": []}
 
     def validate():
