@@ -1,10 +1,13 @@
 // Backend-ops cases: attention (plain, causal, grouped-query, block-diagonal cu_seqlens, additive
 // mask, custom scale) against a naive float64 softmax(QK^T)V.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "backend_ops.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
 
 namespace h3::test::ops {
@@ -111,6 +114,24 @@ void add_cases() {
   add_attention("vae_tiles_big", {3594, 3594, 2, 2, 64, false, {0, 1797, 3594}}, DType::kF16, /*large=*/true);
 }
 H3_OPS_CASES(add_cases);
+
+// The CPU softmax's own e^x (vectorizable, not libm's): within 2 ulp of e^x over the whole range
+// a max-subtracted score takes, exactly 1 at 0, 0 below -87 and for -inf, NaN kept.
+TEST(AttentionSoftmaxExp, WithinTwoUlpOfExp) {
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (int i = 0; i <= 4'000'000; ++i) {
+    const float x = -87.0f * static_cast<float>(i) / 4'000'000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    const double rel = std::abs(h3::ops::cpu::softmax_exp(x) - want) / want;
+    if (rel > worst) worst = rel, worst_x = x;
+  }
+  EXPECT_LE(worst, 2.0 * std::ldexp(1.0, -23)) << "at x = " << worst_x;
+  EXPECT_EQ(h3::ops::cpu::softmax_exp(0.0f), 1.0f);
+  EXPECT_EQ(h3::ops::cpu::softmax_exp(-87.5f), 0.0f);
+  EXPECT_EQ(h3::ops::cpu::softmax_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(h3::ops::cpu::softmax_exp(std::numeric_limits<float>::quiet_NaN())));
+}
 
 }  // namespace
 }  // namespace h3::test::ops
