@@ -62,13 +62,14 @@ ROPE_SPATIAL_SCALE = 32
 # `make-tiny` keeps the configs `h3 make-tiny` writes. `train` (the default) widens what limits
 # quality at this geometry: the video VAE's ViT decoder maps each latent token to a 4x16x16 pixel
 # block with one linear layer, so its width bounds how sharp a shape's edge can be; the DiT gets
-# a little more width and depth to learn 48 prompt combinations. Head widths stay those of the
-# make-tiny models (DiT 32, video decoder 32, audio attention 64), so the engine's attention paths
-# for tiny models are unchanged. Shipped total stays well under 40 MB.
+# more width, depth and rotary frequencies (heads of 64, below) to learn 48 prompt combinations.
+# The decoder's and the audio VAE's head widths stay make-tiny's (32, 64). Shipped total stays
+# under 40 MB.
 SIZES = {
     "make-tiny": {"vae": {}, "audio_vae": {}, "dit": {}},
     "train": {
-        # Spatial ratio 4 (two 2x stages, not the release's four), 32 latent channels. At 16 a shape
+        # Spatial ratio 4 (two 2x stages, not the release's four), 16 latent channels (the DiT's
+        # patch width, below). At 16 a shape
         # was one latent token and the reconstructions never kept it (0.29-0.46 of held-out clips,
         # chance 0.33). At 8 the decoder drew every 8 x 8 token as a 2 x 2 mosaic of 4 px squares
         # whatever the latent width (24 or 64 channels), precision, rate or loss weights, and kept
@@ -79,13 +80,26 @@ SIZES = {
         # engine runs it unchanged; the DiT gets 1,536 video rows per clip instead of 384.
         "vae": {"block_out_channels": [16, 32, 64, 96, 96, 96], "decoder_num_attention_heads": 6,
                 "decoder_num_layers": 3, "spatial_downsample_factors": [2, 2, 1, 1, 1, 1],
-                "temporal_downsample_factors": [2, 2, 1, 1, 1, 1], "latent_channels": 32},
+                "temporal_downsample_factors": [2, 2, 1, 1, 1, 1], "latent_channels": 16},
         # Seven 2x-halving upsamplers from make-tiny's 128 channels leave 1 channel at 32 kHz, and
         # a first run with them learned silence (held-out SNR 0 dB). Four stages (x10, x8, x5, x2)
         # end at 8 channels for about the same parameter count.
         "audio_vae": {"encoder_dim": 4, "decoder_rates": [10, 8, 5, 2], "decoder_kernel_sizes": [20, 16, 11, 4]},
-        "dit": {"num_attention_heads": 6, "hidden_size": 192, "num_layers": 4, "ffn_dim": 512,
-                "time_embed_hidden_dim": 256, "time_embed_dim": 128},
+        # The samples of a 192-wide DiT on 32 latent channels came out as latent-pixel fragments,
+        # decided at high noise while one-step denoising was accurate: each latent pixel chose
+        # object or background nearly on its own (README.md, "Where the fragments come from").
+        # Two suspects, both changed here (untested on the GPU):
+        # - Position. make-tiny's 4 rotary frequencies per axis (1, 0.1, 0.01, 0.001 at theta 1e4)
+        #   meet a token spacing of 2.83 position units at this 8 x 16 token grid (the pipeline
+        #   spreads any grid over the same span; the release's 24 x 42 grid is spaced 1.0), so a
+        #   token turns 2.83, 0.28, 0.03 and 0.003 rad per neighbour: one usable frequency, and
+        #   attention cannot single out a token's neighbours. Heads of 64 with 10 frequencies
+        #   (theta 1e4, rotary 60 of 64) turn 2.83, 1.13, 0.45, 0.18, 0.07, ... rad per token.
+        # - Width. A velocity target makes each token's output carry its input's noise back out,
+        #   4 x latent_channels values per 2 x 2 patch: 128 in a 192-wide model, where noise and
+        #   velocity prediction are reported to fail. Now 16 latent channels (64 values) and 256.
+        "dit": {"num_attention_heads": 4, "attention_head_dim": 64, "hidden_size": 256, "num_layers": 4,
+                "ffn_dim": 704, "rope_freq_dim": 10, "time_embed_hidden_dim": 256, "time_embed_dim": 128},
     },
 }
 # Fields a size preset may change; everything else of a component's config is make-tiny's.
