@@ -102,6 +102,8 @@ void add_cases() {
     add_attention("causal_varlen", {20, 20, 2, 1, 8, true, {0, 7, 20}}, t);
     add_attention("scale", {11, 11, 2, 2, 16, false, {}, false, 0.3f}, t);
     add_attention("long", {300, 300, 2, 2, 32}, t);  // more rows than one CPU row block
+    // Enough scores that the CPU shares the heads out over threads (kParallelScores).
+    add_attention("threads", {1040, 1040, 4, 2, 16, false, {0, 1030, 1040}}, t);
     add_attention("dit_big", {1024, 1024, 4, 4, 128}, t, /*large=*/true);
     add_attention("qwen_big", {777, 777, 8, 2, 128, true}, t, /*large=*/true);
   }

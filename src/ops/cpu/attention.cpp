@@ -15,6 +15,8 @@ namespace h3::ops::cpu {
 namespace {
 // Rows of queries handled at once, bounding the score buffer to kRowBlock x S_kv floats.
 constexpr int64_t kRowBlock = 256;
+// Scores (query rows x key rows x heads) from which the heads are shared out over threads.
+constexpr int64_t kParallelScores = int64_t{1} << 22;
 // The softmax runs on four floats at a time (one SSE2 register, so every x86-64 has it) through
 // the compiler's vector extensions (GCC and Clang): std::exp is a scalar libm call per element, and
 // the scalar loop around it was half of a tiny DiT step on the CPU, which the auto-vectorizer would
@@ -116,9 +118,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   }
 
   std::vector<float> out(static_cast<size_t>(s_q * hq * dv), 0.0f);
-  std::vector<float> scores;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t h = 0; h < hq; ++h) {
+  // One head, all segments, into `out` (heads write disjoint columns of it).
+  auto run_head = [&](int64_t h, std::vector<float>& scores) {
     const int64_t hk = h / group;
     const float* qh = qf.data() + h * d;
     const float* kh = kf.data() + hk * d;
@@ -159,7 +161,18 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
               0.0f, out.data() + (r0 * hq + h) * dv, hq * dv);
       }
     }
-  }
+  };
+
+  // Heads are independent: on several cores each thread takes every threads-th head (the GEMMs
+  // inside run serially). A head is computed the same way whichever thread runs it.
+  int64_t score_elems = 0;
+  for (const Segment& seg : segments) score_elems += (seg.q1 - seg.q0) * (seg.k1 - seg.k0);
+  const int64_t threads =
+      score_elems * hq < kParallelScores ? 1 : std::min<int64_t>(hq, cpu_threads());
+  parallel_for(threads, [&](int64_t t) {
+    std::vector<float> scores;
+    for (int64_t h = t; h < hq; h += threads) run_head(h, scores);
+  });
   return store_f32(out.data(), {s_q, hq, dv}, q.dtype());
 }
 

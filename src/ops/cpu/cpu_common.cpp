@@ -1,5 +1,10 @@
-// Helpers shared by the CPU ops: float32 widening, one-rounding stores, index reading.
+// Helpers shared by the CPU ops: float32 widening, one-rounding stores, index reading, threads and
+// the GEMM's split over them.
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <system_error>
+#include <thread>
 
 #include "core/status.h"
 #include "ops/cpu/cpu_ops.h"
@@ -58,6 +63,65 @@ float round_to(float v, DType dtype) {
     default:
       return v;
   }
+}
+
+namespace {
+thread_local bool t_in_part = false;
+// A GEMM is split when it has at least this much arithmetic (about a millisecond on one core,
+// against tens of microseconds to start a thread) and each part gets at least kMinRows rows.
+constexpr double kParallelFlops = double(1 << 24);
+constexpr int64_t kMinRows = 16;
+}  // namespace
+
+int cpu_threads() {
+  static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return n;
+}
+
+void parallel_for(int64_t parts, const std::function<void(int64_t)>& f) {
+  if (parts <= 1 || t_in_part) {
+    for (int64_t p = 0; p < parts; ++p) f(p);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+  auto run = [&](int64_t p) {
+    t_in_part = true;
+    try {
+      f(p);
+    } catch (...) {
+      errors[static_cast<size_t>(p)] = std::current_exception();
+    }
+    t_in_part = false;
+  };
+  std::vector<std::thread> pool;
+  int64_t started = 1;
+  try {
+    for (; started < parts; ++started) pool.emplace_back(run, started);
+  } catch (const std::system_error&) {
+    // No more threads to be had (a process or container limit): the caller runs the rest.
+  }
+  run(0);
+  for (int64_t p = started; p < parts; ++p) run(p);
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t parts = t_in_part || 2.0 * double(m) * double(n) * double(k) < kParallelFlops
+                            ? 1
+                            : std::min<int64_t>(cpu_threads(), m / kMinRows);
+  if (parts <= 1) {
+    sgemm_serial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  parallel_for(parts, [&](int64_t p) {
+    const int64_t r0 = m * p / parts, r1 = m * (p + 1) / parts;
+    // Rows r0..r1 of op(A): row offsets when A is stored [m, k], column offsets when [k, m].
+    sgemm_serial(trans_a, trans_b, r1 - r0, n, k, alpha, trans_a ? a + r0 : a + r0 * lda, lda, b,
+                 ldb, beta, c + r0 * ldc, ldc);
+  });
 }
 
 }  // namespace h3::ops::cpu

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -47,12 +48,28 @@ std::vector<int64_t> index_values(const Tensor& idx);
 // Rounds v to `dtype` and back (the identity for float32): the bf16/f16 emulation primitive.
 float round_to(float v, DType dtype);
 
+// ---- threads -----------------------------------------------------------------------------------
+
+// The ops split large work over threads of their own: parallel_for(parts, f) runs f(0) ...
+// f(parts - 1), one part per thread (the caller runs part 0), and rethrows the first exception
+// once every part has finished. Inside a part, a nested parallel_for and every GEMM run serially,
+// so work is split once, by the outermost op that can. BLAS never threads by itself: its pool spun
+// (sched_yield) between the small products of a tiny model and took a core from the work.
+int cpu_threads();
+void parallel_for(int64_t parts, const std::function<void(int64_t)>& f);
+
 // ---- GEMM (gemm_blas.cpp with OpenBLAS, gemm_noblas.cpp otherwise) -------------------------------
 
 // Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, float32 accumulation.
 // op(A) = A^T when trans_a (A stored [k, m]); likewise B. Leading dimensions are in elements.
+// Large products are split by rows of C over parallel_for; each element is computed by the serial
+// GEMM of its row block.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same on the calling thread only.
+void sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc);
 
 // ---- the ops ------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-// Float32 GEMM through OpenBLAS (the CPU oracle's heavy lifting; OpenBLAS threads it).
+// Float32 GEMM through OpenBLAS (the CPU oracle's heavy lifting), one thread per call: the ops
+// split work over their own threads (parallel_for).
 #include <cblas.h>
 
 #include <climits>
@@ -8,8 +9,18 @@
 
 namespace h3::ops::cpu {
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+// Set before main: OpenBLAS reads OPENBLAS_NUM_THREADS when it loads, and a pool of more than one
+// thread spins between calls.
+[[maybe_unused]] const bool kSerialBlas = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+}  // namespace
+
+void sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
   if (m == 0 || n == 0) return;
   // CBLAS takes int sizes; anything larger must be split by the caller.
   for (int64_t v : {m, n, k, lda, ldb, ldc}) {

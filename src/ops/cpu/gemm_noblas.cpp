@@ -12,8 +12,9 @@ constexpr int64_t kBlockM = 64;
 constexpr int64_t kBlockK = 256;
 }  // namespace
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
   if (m == 0 || n == 0) return;
   for (int64_t i = 0; i < m; ++i) {
     float* row = c + i * ldc;
