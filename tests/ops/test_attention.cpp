@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -116,6 +117,37 @@ void add_cases() {
   add_attention("vae_tiles_big", {3594, 3594, 2, 2, 64, false, {0, 1797, 3594}}, DType::kF16, /*large=*/true);
 }
 H3_OPS_CASES(add_cases);
+
+// Above the threading threshold the heads run on several threads; each must come out bit for bit
+// as the same head run alone (one head: no threads), whatever thread computed it.
+TEST(CpuAttention, HeadsOnThreadsEqualEachHeadAlone) {
+  const int64_t s = 1100, h = 4, d = 16;
+  Rng r(7);
+  const std::vector<float> q = r.uniform(s * h * d, -1.5f, 1.5f),
+                           k = r.uniform(s * h * d, -1.5f, 1.5f),
+                           v = r.uniform(s * h * d, -1.0f, 1.0f);
+  const std::vector<float> all =
+      h3::ops::attention(Tensor::from_f32(q, {s, h, d}), Tensor::from_f32(k, {s, h, d}),
+                         Tensor::from_f32(v, {s, h, d}))
+          .to_f32_vector();
+  for (int64_t head = 0; head < h; ++head) {
+    std::vector<float> qh, kh, vh;
+    for (int64_t i = 0; i < s; ++i) {
+      const auto at = [&](const std::vector<float>& x) { return x.begin() + (i * h + head) * d; };
+      qh.insert(qh.end(), at(q), at(q) + d);
+      kh.insert(kh.end(), at(k), at(k) + d);
+      vh.insert(vh.end(), at(v), at(v) + d);
+    }
+    const std::vector<float> one =
+        h3::ops::attention(Tensor::from_f32(qh, {s, 1, d}), Tensor::from_f32(kh, {s, 1, d}),
+                           Tensor::from_f32(vh, {s, 1, d}))
+            .to_f32_vector();
+    for (int64_t i = 0; i < s; ++i)
+      ASSERT_EQ(std::memcmp(one.data() + i * d, all.data() + (i * h + head) * d, d * sizeof(float)),
+                0)
+          << "head " << head << ", row " << i;
+  }
+}
 
 // The CPU softmax's own e^x (vectorizable, not libm's): within 2 ulp of e^x over the whole range
 // a max-subtracted score takes, exactly 1 at 0, 0 below -87 and for -inf, NaN kept.

@@ -1,11 +1,17 @@
 // Helpers shared by the CPU ops: float32 widening, one-rounding stores, index reading, threads and
 // the GEMM's split over them.
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <system_error>
 #include <thread>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -74,7 +80,20 @@ constexpr int64_t kMinRows = 16;
 }  // namespace
 
 int cpu_threads() {
-  static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  static const int n = [] {
+    if (const char* v = std::getenv("H3_CPU_THREADS"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const long t = std::strtol(v, &end, 10);
+      if (*end == '\0' && t >= 1 && t <= 1024) return static_cast<int>(t);
+      H3_LOG_WARN("H3_CPU_THREADS='", v, "' is not a count from 1 to 1024; ignored");
+    }
+#ifdef __linux__
+    // The CPUs this process may run on (a container's or taskset's share), not the host's.
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
   return n;
 }
 

@@ -55,6 +55,7 @@ float round_to(float v, DType dtype);
 // once every part has finished. Inside a part, a nested parallel_for and every GEMM run serially,
 // so work is split once, by the outermost op that can. BLAS never threads by itself: its pool spun
 // (sched_yield) between the small products of a tiny model and took a core from the work.
+// cpu_threads(): the CPUs this process may run on, or H3_CPU_THREADS (1-1024).
 int cpu_threads();
 void parallel_for(int64_t parts, const std::function<void(int64_t)>& f);
 
