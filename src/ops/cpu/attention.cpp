@@ -2,6 +2,7 @@
 // float32 (sum in float64), then P·V by sgemm. Handles grouped-query heads, causal masking
 // (top-left aligned, as torch SDPA's is_causal), block-diagonal cu_seqlens and an additive mask.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,8 +21,8 @@ constexpr int64_t kParallelScores = int64_t{1} << 22;
 // The softmax runs on four floats at a time (one SSE2 register, so every x86-64 has it) through
 // the compiler's vector extensions (GCC and Clang): std::exp is a scalar libm call per element, and
 // the scalar loop around it was half of a tiny DiT step on the CPU, which the auto-vectorizer would
-// not take on (a select on floats may trap, as it reads it). Every lane does exactly the scalar
-// arithmetic, so results do not depend on the vector width the target splits these into.
+// not take on (a select on floats may trap, as it reads it). A row's tail runs lane 0 of the same
+// function, so every element gets the same arithmetic.
 #define H3_INLINE inline __attribute__((always_inline))
 using F32x4 = float __attribute__((vector_size(16)));
 using I32x4 = int32_t __attribute__((vector_size(16)));
@@ -53,8 +54,7 @@ H3_INLINE F32x4 exp_nonpositive(F32x4 x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const F32x4 y = p * (r * r) + r + 1.0f;
-  const F32x4 two_n = reinterpret_cast<const F32x4&>(
-      static_cast<const I32x4&>((__builtin_convertvector(n, I32x4) + 127) << 23));
+  const F32x4 two_n = std::bit_cast<F32x4>((__builtin_convertvector(n, I32x4) + 127) << 23);
   return underflow ? splat(0.0f) : y * two_n;
 }
 
