@@ -47,6 +47,11 @@ size_t entries(const fs::path& d) {
 }
 
 // A tiny repository in `dir`/model, written by the binary itself with make-tiny's `flags`.
+// The "values" of a receipt that `h3 generate --receipt` wrote.
+nlohmann::json receipt_values(const fs::path& receipt) {
+  return nlohmann::json::parse(std::ifstream(receipt)).at("values");
+}
+
 fs::path make_tiny(const fs::path& dir, const std::string& flags = "") {
   const fs::path model = dir / "model";
   const RunResult r = run_h3("make-tiny " + flags + " " + shell_quote(model.string()));
@@ -144,8 +149,7 @@ TEST(CliGenerate, VaeSpatialRatioEightSetsTheCanvasMultipleAndTheLatentGrid) {
   r = run_h3(request("--height 48 --width 80", out));
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_TRUE(fs::exists(out));
-  std::ifstream in(receipt);
-  const nlohmann::json rc = nlohmann::json::parse(in).at("values");
+  const nlohmann::json rc = receipt_values(receipt);
   EXPECT_EQ(rc.at("height").get<int64_t>(), 48);
   EXPECT_EQ(rc.at("width").get<int64_t>(), 80);
   // 7 latent frames x 15 patches of video, 2 x 37 audio latents, then the prompt's tokens.
@@ -182,8 +186,7 @@ TEST(CliGenerate, VaeSpatialRatioFourMovesTheTemporalHalvings) {
              shell_quote(out.string()) + " --receipt " + shell_quote(receipt.string()));
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_TRUE(fs::exists(out));
-  std::ifstream in(receipt);
-  const nlohmann::json rc = nlohmann::json::parse(in).at("values");
+  const nlohmann::json rc = receipt_values(receipt);
   EXPECT_EQ(rc.at("height").get<int64_t>(), 40);
   EXPECT_EQ(rc.at("width").get<int64_t>(), 72);
   EXPECT_EQ(rc.at("packed_rows").get<int64_t>() - rc.at("text_tokens").get<int64_t>(),
@@ -251,7 +254,7 @@ TEST(CliGenerate, CheckpointDefaultsGiveItsGeometry) {
                                shell_quote(out.string()) + " --receipt " +
                                shell_quote(receipt.string()) + " " + flags);
     EXPECT_EQ(r.status, 0) << r.output;
-    return nlohmann::json::parse(std::ifstream(receipt)).at("values");
+    return receipt_values(receipt);
   };
   nlohmann::json rc = receipt_of("");
   EXPECT_EQ(rc.at("height"), 32);
