@@ -3,6 +3,9 @@
 # The CUDA toolkit is not installed here: when nvcc is on the machine (/usr/local/cuda/bin or
 # PATH), the CUDA backend is built too; otherwise h3 is CPU-only.
 # --browser also installs Debian's chromium and npm for scripts/test-browser.sh (the web page test).
+# --reference also installs Debian's PyTorch, with which scripts/test_golden_variants.sh recomputes
+# the golden component cases at other model sizes through the reference's own modules
+# (tests/golden/make_resized.py; without it that variant is a visible skip).
 set -euo pipefail
 
 packages=(
@@ -14,11 +17,17 @@ packages=(
   python3  # tests/golden/make_variants.py (standard library only)
   python3-numpy  # tools/train_tiny/clips.py (the tiny model's training clips, its self-check)
 )
-if [[ "${1:-}" == "--browser" ]]; then
-  packages+=(chromium)
-  # A node installed from elsewhere brings its own npm (Debian's npm package would conflict).
-  command -v npm >/dev/null || packages+=(npm)
-fi
+for flag in "$@"; do
+  case "$flag" in
+    --browser)
+      packages+=(chromium)
+      # A node installed from elsewhere brings its own npm (Debian's npm package would conflict).
+      command -v npm >/dev/null || packages+=(npm)
+      ;;
+    --reference) packages+=(python3-torch) ;;
+    *) echo "setup-debian.sh: unknown flag '$flag' (known: --browser, --reference)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the golden tier against variants of the golden folder, written to a temporary folder by
 # tests/golden/make_variants.py: cases and references in another order, optional kinds and tensors
-# absent, the DiT trimmed to 2 blocks, a VSA top-k near tie. The tests must take everything from the
-# manifest: each variant has to pass, and what a variant lacks must be a visible skip.
+# absent, the DiT trimmed to 2 blocks, a VSA top-k near tie, and (where torch is installed) the
+# component cases recomputed by the reference at other model sizes. The tests must take everything
+# from the manifest: each variant has to pass, and what a variant lacks must be a visible skip.
 # Usage: scripts/test_golden_variants.sh [build-dir] [variant ...]   (after scripts/test.sh)
 #   H3_GOLDEN_DIR   the folder the variants are made from (default ../shared/golden)
 set -euo pipefail
@@ -18,7 +19,42 @@ src="${H3_GOLDEN_DIR:-$(pwd)/../shared/golden}"
 out="$(mktemp -d "${TMPDIR:-/tmp}/h3-golden-variants.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
 start=$(date +%s)
-python3 tests/golden/make_variants.py "$src" "$out" "$@"
+# `resized` (tests/golden/make_resized.py) recomputes the component cases at other model sizes with
+# the reference's own modules: it needs a python3 with torch and numpy (Debian: python3-torch, which
+# `scripts/setup-debian.sh --reference` installs) and the anchor's packed reference sources.
+want_resized=1
+names=()
+for n in "$@"; do
+  [[ "$n" == resized ]] || names+=("$n")
+done
+if (( $# > 0 )); then
+  want_resized=0
+  for n in "$@"; do [[ "$n" == resized ]] && want_resized=1; done
+fi
+if (( ${#names[@]} > 0 || $# == 0 )); then
+  python3 tests/golden/make_variants.py "$src" "$out" "${names[@]}"
+fi
+if (( want_resized )); then
+  torch_python=""
+  for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import torch, numpy' 2>/dev/null; then torch_python=$p; break; fi
+  done
+  anchor="${H3_ANCHOR_DIR:-$(dirname "$src")/anchor}"
+  if [[ -z "$torch_python" ]]; then
+    echo "== variant resized: skipped (no python3 with torch and numpy; scripts/setup-debian.sh --reference)"
+  elif [[ ! -f "$anchor/dmin.tar.xz" ]]; then
+    echo "== variant resized: skipped (no reference sources at $anchor/dmin.tar.xz; set H3_ANCHOR_DIR)"
+  else
+    # First the recipes themselves: the folder's own cases recomputed with its own checkpoint.
+    H3_ANCHOR_DIR="$anchor" "$torch_python" tests/golden/make_resized.py "$src" --check > "$out/resized-check.log" 2>&1 || {
+      tail -20 "$out/resized-check.log"
+      echo "test_golden_variants.sh: make_resized.py --check: the recipes do not reproduce $src" >&2
+      exit 1
+    }
+    echo "== make_resized.py --check: $(tail -1 "$out/resized-check.log")"
+    H3_ANCHOR_DIR="$anchor" "$torch_python" tests/golden/make_resized.py "$src" "$out" | tail -1
+  fi
+fi
 
 # Each variant's tests in shards, one per core (a BLAS thread each); the log keeps every line.
 jobs=$(nproc)

@@ -1,9 +1,11 @@
-// Audio VAE parity against the golden `audio_vae_decode` and `audio_vae_encode` cases (golden README:
-// components audio_vae_*, pipeline facts 6 and 9) and the audio parts of the e2e runs: decode of the
-// final latents to the waveform, and encode of each normalized reference soundtrack to its DiT rows.
-// Bounds from TOLERANCES.md: decode rel_max and rel_l2 <= 1e-5, encode rel_max <= 1e-4, e2e
-// waveform max abs <= 5e-5. The stored intermediates are compared at the bound of their stage, so
-// that a failure points at the layer that caused it.
+// Audio VAE parity against the golden `audio_vae_decode` and `audio_vae_encode` cases (golden
+// README: components audio_vae_*, pipeline facts 6 and 9) and the audio parts of the e2e runs:
+// decode of the final latents to the waveform, and encode of each normalized reference soundtrack
+// to its DiT rows. Bounds from TOLERANCES.md: decode rel_max and rel_l2 <= 1e-5 (for the waveform,
+// or twice the reference's own float64 floor where the folder records a larger one:
+// noise_floor_bounds), encode rel_max <= 1e-4, e2e waveform max abs <= 5e-5. The stored
+// intermediates are compared at the bound of their stage, so that a failure points at the layer
+// that caused it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,6 +59,11 @@ TEST(AudioVaeGolden, Decode) {
   H3_GOLDEN_CASES_OR_SKIP(cases, "audio_vae_decode");
   H3_GOLDEN_OUTPUTS_APPLY_OR_SKIP("audio_vae");
   const AudioVae& vae = model();
+  // The decoder amplifies float32 rounding: the reference's own noise is close to the table's
+  // bound.
+  const test::NoiseFloorBounds b =
+      test::noise_floor_bounds("audio_vae_decode_fp32_vs_fp64", kDecodeBound, kDecodeBound);
+  std::printf("  bounds: %s\n", b.why.c_str());
   for (const test::GoldenCase& c : cases) {
     const auto f = c.open();
     ASSERT_TRUE(f->has("latents_normalized") && f->has("waveform")) << c.file;
@@ -72,7 +79,7 @@ TEST(AudioVaeGolden, Decode) {
     for (size_t i = 0; i < trace.ups_out.size(); ++i)
       compare_if_stored(*f, c.file, "ups" + std::to_string(i) + "_out", trace.ups_out[i], kDecodeBound,
                         kDecodeBound);
-    compare_if_stored(*f, c.file, "waveform", wave, kDecodeBound, kDecodeBound);
+    compare_if_stored(*f, c.file, "waveform", wave, b.rel_max, b.rel_l2);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +81,32 @@ bool golden_outputs_match_checkpoint(const std::vector<std::string>& components,
   for (const std::string& c : components)
     if (!golden_outputs_match_checkpoint(c, why)) return false;
   return true;
+}
+
+NoiseFloorBounds noise_floor_bounds(const std::string& floor_key, double table_rel_max,
+                                    double table_rel_l2) {
+  NoiseFloorBounds b{table_rel_max, table_rel_l2, "the table's bounds (no float64 floor recorded)"};
+  const Golden* g = Golden::get();
+  if (!g) return b;
+  const json floors = read_json_or_null(fs::path(g->dir()) / "tolerances.json");
+  if (!floors.is_object() || !floors.contains(floor_key) || !floors[floor_key].is_object())
+    return b;
+  const json& f = floors[floor_key];
+  const auto twice = [&](const char* name, double table) {
+    return f.contains(name) && f[name].is_number() ? std::max(table, 2.0 * f[name].get<double>())
+                                                   : table;
+  };
+  b.rel_max = twice("max_rel_to_ref_max", table_rel_max);
+  b.rel_l2 = twice("rms_rel", table_rel_l2);
+  char buf[240];
+  std::snprintf(
+      buf, sizeof buf,
+      "the reference is %.3g (rel_max) / %.3g (rel_l2) from float64 (tolerances.json %s): bounds "
+      "max(table, 2 x floor) = %.3g / %.3g",
+      f.value("max_rel_to_ref_max", 0.0), f.value("rms_rel", 0.0), floor_key.c_str(), b.rel_max,
+      b.rel_l2);
+  b.why = buf;
+  return b;
 }
 
 std::string missing_tensors(const io::SafetensorsFile& f, const std::vector<std::string>& names) {

@@ -28,6 +28,20 @@ bool golden_outputs_match_checkpoint(const std::string& component, std::string* 
 // The same for several components at once (an end-to-end run depends on all of them).
 bool golden_outputs_match_checkpoint(const std::vector<std::string>& components, std::string* why);
 
+// Bounds for a float32 comparison whose reference carries float32 noise of the size of the table's
+// bound. tolerances.json records, under `floor_key`, how far the float32 reference lies from a
+// float64 re-run of the same modules (`max_rel_to_ref_max`, `rms_rel`). A second float32
+// implementation has noise of its own of about that size, so the two can be up to about twice the
+// floor apart however faithful it is: each bound is the table's, or twice the recorded floor where
+// that is larger (the audio VAE decoder measures 8.3e-6 against a table bound of 1e-5). `why` says
+// which applied; a folder without the record keeps the table's bounds.
+struct NoiseFloorBounds {
+  double rel_max = 0.0, rel_l2 = 0.0;
+  std::string why;
+};
+NoiseFloorBounds noise_floor_bounds(const std::string& floor_key, double table_rel_max,
+                                    double table_rel_l2);
+
 // The names in `names` that `f` lacks, comma separated ("" when it has them all).
 std::string missing_tensors(const io::SafetensorsFile& f, const std::vector<std::string>& names);
 
