@@ -19,9 +19,10 @@ src="${H3_GOLDEN_DIR:-$(pwd)/../shared/golden}"
 out="$(mktemp -d "${TMPDIR:-/tmp}/h3-golden-variants.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
 start=$(date +%s)
-# `resized` (tests/golden/make_resized.py) recomputes the component cases at other model sizes with
-# the reference's own modules: it needs a python3 with torch and numpy (Debian: python3-torch, which
-# `scripts/setup-debian.sh --reference` installs) and the anchor's packed reference sources.
+# `resized` (tests/golden/make_resized.py: its presets resized and resized_ratio8) recomputes the
+# component cases at other model sizes with the reference's own modules: it needs a python3 with
+# torch and numpy (Debian: python3-torch, which `scripts/setup-debian.sh --reference` installs) and
+# the anchor's packed reference sources.
 want_resized=1
 names=()
 for n in "$@"; do
@@ -52,7 +53,7 @@ if (( want_resized )); then
       exit 1
     }
     echo "== make_resized.py --check: $(tail -1 "$out/resized-check.log")"
-    H3_ANCHOR_DIR="$anchor" "$torch_python" tests/golden/make_resized.py "$src" "$out" | tail -1
+    H3_ANCHOR_DIR="$anchor" "$torch_python" tests/golden/make_resized.py "$src" "$out" | grep '^wrote'
   fi
 fi
 

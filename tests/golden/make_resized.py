@@ -1,22 +1,21 @@
 #!/usr/bin/env python3
-"""Writes the `resized` variant of a golden folder: its component cases at other model sizes, with
+"""Writes the `resized` variants of a golden folder: its component cases at other model sizes, with
 every stored output recomputed by the reference's own modules (the diffusers sources the anchor
 packs) on the CPU in float32, as the golden folder's were.
 
 The shared folder's checkpoint has one size of each component; a held-out folder of the same format
-may have others ("model sizes" in the golden README's sense). This variant changes what a size can
-change while keeping the conditioner, the tokenizer and the compression factors:
+may have others ("model sizes" in the golden README's sense). Each preset changes what a size can
+change while keeping the conditioner and the tokenizer (PRESETS below has every value):
 
-  transformer, transformer_ref  3 heads of 64 (hidden 192), 10 rotary frequencies per axis (60 of
-                                64 channels rotated, theta 5e3), 2 blocks, 1 refiner block, FFN 320,
-                                16 video latent channels (64-value patches), 24 audio channels,
-                                frequency embedding 128, time MLP 96 -> 48, eps 1e-6
-  vae                           16 latent channels, encoder channels 8-48 with 2 resnets per level,
-                                a 3-layer decoder of 2 heads of 24 with half of each head rotated
-                                (theta 50), 2 register tokens, FFN x2, norm eps 1e-5 / 1e-6
-  audio_vae                     encoder width 4 with strides 4, 4, 2, 5, 5; 48-wide trunk, 24 latent
-                                channels, 2 attention heads; decoder 64 wide with upsampling rates
-                                5, 5, 4, 2, 2, 2 and two AMP kernel sizes (3, 5)
+  resized         DiT of 3 heads of 64 with 10 rotary frequencies per axis (60 of 64 channels
+                  rotated), 2 blocks, 1 refiner block, 16 video and 24 audio latent channels; a
+                  video VAE with 2 resnets per level and a 3-layer decoder of heads of 24 with half
+                  of each rotated; an audio VAE with other strides, 6 upsamplers (one of rate 4) and
+                  two AMP kernel sizes
+  resized_ratio8  8x spatial compression (the latents of each case's canvas double per side, and
+                  the tiles' overlaps widen in 8-pixel steps), DiT heads of 96 with every channel
+                  rotated, 8 video and 16 audio latent channels, a 1-layer decoder with 8 register
+                  tokens, an audio VAE with 7 upsamplers of rates 2 and 5 in another order
 
 The weights are random, drawn per tensor from a generator seeded by the tensor's name, stored in the
 release's dtypes (the DiT in bf16 with its float32 islands, the VAEs in float32), and the outputs
@@ -25,16 +24,19 @@ layers are scaled so that decoded pixels and samples mostly stay inside their cl
 
 Kinds recomputed: dit (inputs of the new widths drawn at random, the layout, timesteps and prompt
 rows of each case kept; intermediates included), video_vae_encode, video_vae_decode and their
-`_sampled` forms (same pixels, formulas, tile settings and sample positions), audio_vae_encode and
-audio_vae_decode (intermediates included). Kept as they are: every kind that does not depend on
-these components (conditioner, tokenizer, processors, schedulers, layouts, rng, audio resampling)
-and vsa/ (its own checkpoint). Dropped: e2e (the conditioner's pipeline is not importable here).
-generation_info.json records the new configurations.
+`_sampled` forms (same canvases, pixels, formulas, tile settings and sample positions; latents and
+tile layouts as the new VAE has them), audio_vae_encode and audio_vae_decode (intermediates
+included), with their float64 noise floors in tolerances.json. Kept as they are: every kind that
+does not depend on these components (conditioner, tokenizer, processors, schedulers, layouts, rng,
+audio resampling) and vsa/ (its own checkpoint). Dropped: e2e (the conditioner's pipeline is not
+importable here). generation_info.json records the new configurations.
 
 Usage:
-  make_resized.py SRC OUT       write OUT/resized from the golden folder SRC
-  make_resized.py SRC --check   recompute SRC's own cases with its own checkpoint and compare with
-                                what it stores: checks this script's recipes (rel_max <= 1e-5)
+  make_resized.py SRC OUT [PRESET ...]  write OUT/<preset> (default: every preset) from the golden
+                                        folder SRC
+  make_resized.py SRC --check           recompute SRC's own cases with its own checkpoint and compare
+                                        with what it stores: checks this script's recipes (rel_max
+                                        <= 1e-5; one float16 step where the recipe rounds to float16)
 
 Needs a python3 with torch (1.13 or later) and numpy, and the anchor folder (dmin.tar.xz, refenv.py):
 $H3_ANCHOR_DIR, else SRC/../anchor. What an older torch or a machine without safetensors lacks comes
@@ -54,23 +56,49 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import make_variants as MV  # noqa: E402  (golden folder helpers)
 
-DIT_SIZE = {
-    "num_attention_heads": 3, "attention_head_dim": 64, "hidden_size": 192, "num_layers": 2,
-    "num_refiner_layers": 1, "ffn_dim": 320, "in_channels": 16, "audio_in_channels": 24,
-    "freq_dim": 128, "time_embed_hidden_dim": 96, "time_embed_dim": 48, "rope_freq_dim": 10,
-    "rope_theta": 5000.0, "norm_eps": 1e-6, "qk_norm_eps": 1e-6, "final_norm_eps": 1e-6,
-}
-VAE_SIZE = {
-    "latent_channels": 16, "block_out_channels": [8, 16, 32, 32, 48, 48], "layers_per_block": 2,
-    "norm_eps": 1e-5, "decoder_num_layers": 3, "decoder_num_attention_heads": 2,
-    "decoder_attention_head_dim": 24, "decoder_num_register_tokens": 2, "decoder_ffn_mult": 2,
-    "decoder_rope_theta": 50.0, "decoder_rope_dim_ratio": 0.5, "decoder_norm_eps": 1e-6,
-}
-AVAE_SIZE = {
-    "encoder_dim": 4, "encoder_rates": [4, 4, 2, 5, 5], "latent_dim": 48, "latent_channels": 24,
-    "num_attention_heads": 2, "decoder_dim": 64, "decoder_rates": [5, 5, 4, 2, 2, 2],
-    "decoder_kernel_sizes": [9, 9, 8, 4, 4, 4], "resblock_kernel_sizes": [3, 5],
-    "resblock_dilation_sizes": [[1, 3, 5], [1, 2, 4]],
+# Each preset: the config keys it changes per component (transformer_ref takes the transformer's).
+PRESETS = {
+    "resized": {
+        "transformer": {
+            "num_attention_heads": 3, "attention_head_dim": 64, "hidden_size": 192, "num_layers": 2,
+            "num_refiner_layers": 1, "ffn_dim": 320, "in_channels": 16, "audio_in_channels": 24,
+            "freq_dim": 128, "time_embed_hidden_dim": 96, "time_embed_dim": 48, "rope_freq_dim": 10,
+            "rope_theta": 5000.0, "norm_eps": 1e-6, "qk_norm_eps": 1e-6, "final_norm_eps": 1e-6,
+        },
+        "vae": {
+            "latent_channels": 16, "block_out_channels": [8, 16, 32, 32, 48, 48], "layers_per_block": 2,
+            "norm_eps": 1e-5, "decoder_num_layers": 3, "decoder_num_attention_heads": 2,
+            "decoder_attention_head_dim": 24, "decoder_num_register_tokens": 2, "decoder_ffn_mult": 2,
+            "decoder_rope_theta": 50.0, "decoder_rope_dim_ratio": 0.5, "decoder_norm_eps": 1e-6,
+        },
+        "audio_vae": {
+            "encoder_dim": 4, "encoder_rates": [4, 4, 2, 5, 5], "latent_dim": 48, "latent_channels": 24,
+            "num_attention_heads": 2, "decoder_dim": 64, "decoder_rates": [5, 5, 4, 2, 2, 2],
+            "decoder_kernel_sizes": [9, 9, 8, 4, 4, 4], "resblock_kernel_sizes": [3, 5],
+            "resblock_dilation_sizes": [[1, 3, 5], [1, 2, 4]],
+        },
+    },
+    # 8x spatial compression (the tiles' overlaps then widen in 8-pixel steps), heads of 96 with
+    # every channel rotated, a decoder with 8 register tokens, an audio VAE with 7 upsamplers.
+    "resized_ratio8": {
+        "transformer": {
+            "num_attention_heads": 2, "attention_head_dim": 96, "hidden_size": 192, "num_layers": 3,
+            "num_refiner_layers": 2, "ffn_dim": 256, "in_channels": 8, "audio_in_channels": 16,
+            "time_embed_hidden_dim": 64, "time_embed_dim": 32, "rope_freq_dim": 16, "rope_theta": 20000.0,
+        },
+        "vae": {
+            "latent_channels": 8, "block_out_channels": [16, 16, 32, 32, 32, 32],
+            "spatial_downsample_factors": [2, 2, 2, 1, 1, 1], "decoder_num_layers": 1,
+            "decoder_num_attention_heads": 4, "decoder_attention_head_dim": 16,
+            "decoder_num_register_tokens": 8, "decoder_ffn_mult": 3, "decoder_rope_dim_ratio": 0.75,
+        },
+        "audio_vae": {
+            "encoder_dim": 2, "encoder_rates": [5, 5, 4, 4, 2], "latent_dim": 32, "latent_channels": 16,
+            "num_attention_heads": 4, "decoder_dim": 128, "decoder_rates": [2, 5, 2, 5, 2, 2, 2],
+            "decoder_kernel_sizes": [4, 9, 4, 9, 4, 4, 4], "resblock_kernel_sizes": [3, 7, 11],
+            "resblock_dilation_sizes": [[1, 2, 3], [1, 3, 5], [1, 1, 1]],
+        },
+    },
 }
 PIXEL_MEAN, PIXEL_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 REGENERATED = ("dit", "video_vae_encode", "video_vae_decode", "video_vae_encode_sampled",
@@ -226,8 +254,10 @@ def write_component(ckpt, component, cfg, state):
     MV.write_safetensors(os.path.join(d, "diffusion_pytorch_model.safetensors"), tensors, {"format": "pt"})
 
 
-def build_checkpoint(src_ckpt, ckpt, log):
-    sizes = {"transformer": DIT_SIZE, "transformer_ref": DIT_SIZE, "vae": VAE_SIZE, "audio_vae": AVAE_SIZE}
+def build_checkpoint(src_ckpt, ckpt, preset, log):
+    p = PRESETS[preset]
+    sizes = {"transformer": p["transformer"], "transformer_ref": p["transformer"], "vae": p["vae"],
+             "audio_vae": p["audio_vae"]}
     configs = {}
     for component, size in sizes.items():
         if not os.path.isdir(os.path.join(src_ckpt, component)):
@@ -366,14 +396,37 @@ def formula_values(numel, seed, kind):
     return torch.from_numpy((h >> np.uint64(24)).astype(np.uint8))
 
 
+def spatial_scale(cfg, fresh):
+    """How many times more latents per side this VAE has than the source folder's (1 in --check)."""
+    if not fresh:
+        return 1
+    ratio = 1
+    for f in cfg["spatial_downsample_factors"]:
+        ratio *= f
+    return Ref["src_ratio"] // ratio
+
+
+def tile_layout(vae, height, width, meta):
+    """The stored tile layout (pixel starts and overlaps) of a canvas, by the reference's own split."""
+    ys, _, oy = vae._split_tiles(height, vae.tile_sample_min_height, vae.tile_sample_min_overlap_height)
+    xs, _, ox = vae._split_tiles(width, vae.tile_sample_min_width, vae.tile_sample_min_overlap_width)
+    out = {"tile_starts_y": torch.tensor(ys, dtype=torch.int64), "tile_starts_x": torch.tensor(xs, dtype=torch.int64),
+           "tile_overlaps_y": torch.tensor(oy, dtype=torch.int64),
+           "tile_overlaps_x": torch.tensor(ox, dtype=torch.int64)}
+    if "tile_layout_px" in meta:
+        meta = dict(meta, tile_layout_px={"tiles_y": ys, "overlaps_y": oy, "tiles_x": xs, "overlaps_x": ox})
+    return out, meta
+
+
 def vae_decode_case(vae, cfg, t, meta, fresh, seed):
     mean = torch.tensor(cfg["latents_mean"]).view(1, -1, 1, 1, 1)
     std = torch.tensor(cfg["latents_std"]).view(1, -1, 1, 1, 1)
     with_tiling(vae, meta)
     if "latents_normalized" in t:  # dense
         z = st_to_torch(t["latents_normalized"])
-        if fresh:
-            z = randn((1, cfg["latent_channels"]) + tuple(z.shape[2:]), seed)
+        if fresh:  # the same canvas: as many more latents per side as the VAE compresses less
+            k = spatial_scale(cfg, fresh)
+            z = randn((1, cfg["latent_channels"], z.shape[2], z.shape[3] * k, z.shape[4] * k), seed)
         den = z * std + mean
         with torch.no_grad():
             y = vae.decode(den, return_dict=False)[0]
@@ -381,7 +434,8 @@ def vae_decode_case(vae, cfg, t, meta, fresh, seed):
         return {k: v for k, v in out.items() if k in t}, meta
     shape = list(meta["latents_normalized_shape"])
     if fresh:
-        shape[1] = cfg["latent_channels"]
+        k = spatial_scale(cfg, fresh)
+        shape[1], shape[3], shape[4] = cfg["latent_channels"], shape[3] * k, shape[4] * k
         meta = dict(meta, latents_normalized_shape=shape)
     z = formula_values(int(torch.tensor(shape).prod()), meta["seed"], "latents").view(shape)
     with torch.no_grad():
@@ -392,11 +446,14 @@ def vae_decode_case(vae, cfg, t, meta, fresh, seed):
     out = {n: st_to_torch(t[n]) for n in t}
     out.update(decoded_raw_sampled=y, frames_uint8_sampled=frames_u8(y[None]), latents_check_index=idx,
                latents_check_values=z.flatten()[idx])
+    tiles, meta = tile_layout(vae, shape[3] * vae.spatial_compression_ratio,
+                              shape[4] * vae.spatial_compression_ratio, meta)
+    out.update(tiles)
     return out, meta
 
 
 def vae_encode_case(vae, cfg, t, meta, fresh, seed):
-    del fresh, seed  # pixels are the inputs at every size
+    del seed  # pixels are the inputs at every size
     with_tiling(vae, meta)
     if "pixels_uint8" in t:
         px = st_to_torch(t["pixels_uint8"])
@@ -422,10 +479,13 @@ def vae_encode_case(vae, cfg, t, meta, fresh, seed):
     px = formula_values(int(torch.tensor(shape).prod()), meta["seed"], "pixels").view(shape)
     with torch.no_grad():
         m = vae.encode(pixels_normalized(px), return_dict=False)[0].parameters
-    r, c = (st_to_torch(t[n]).long() for n in ("sample_rows", "sample_cols"))
+    k = spatial_scale(cfg, fresh)  # the stored latent positions spread over the larger grid
+    r, c = (st_to_torch(t[n]).long() * k for n in ("sample_rows", "sample_cols"))
     out = {n: st_to_torch(t[n]) for n in t}
-    out["moments_sampled"] = m[0][:, :, r][:, :, :, c]
+    out.update(moments_sampled=m[0][:, :, r][:, :, :, c], sample_rows=r, sample_cols=c)
     meta = dict(meta, moments_shape=list(m.shape))
+    tiles, meta = tile_layout(vae, shape[-2], shape[-1], meta)
+    out.update(tiles)
     return out, meta
 
 
@@ -525,13 +585,17 @@ def check(src):
     return 0 if worst <= 1e-5 else 1
 
 
-def write(src, out_root):
-    dst = os.path.join(out_root, "resized")
+def write(src, out_root, preset):
+    dst = os.path.join(out_root, preset)
     MV.copy_tree(src, dst)
     g = MV.Folder(dst)
     log = print
     ckpt = g.path(g.manifest["checkpoint"])
-    configs = build_checkpoint(os.path.join(src, g.manifest["checkpoint"]), ckpt, log)
+    with open(os.path.join(src, g.manifest["checkpoint"], "vae", "config.json")) as f:
+        Ref["src_ratio"] = 1
+        for factor in json.load(f)["spatial_downsample_factors"]:
+            Ref["src_ratio"] *= factor
+    configs = build_checkpoint(os.path.join(src, g.manifest["checkpoint"]), ckpt, preset, log)
     for e in g.files("checkpoint"):
         g.refresh(e["file"])
         if "tensors" in e and e["file"].endswith(".safetensors"):
@@ -635,14 +699,16 @@ def write_floors(g, models):
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 3 or any(n not in PRESETS for n in argv[3:]) or (argv[2] == "--check" and len(argv) > 3):
         sys.stderr.write(__doc__)
         return 2
     src = argv[1]
     setup(src)
     if argv[2] == "--check":
         return check(src)
-    return write(src, argv[2])
+    for preset in argv[3:] or list(PRESETS):
+        write(src, argv[2], preset)
+    return 0
 
 
 if __name__ == "__main__":
