@@ -1,6 +1,7 @@
 #include "media/wav_io.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -118,7 +119,12 @@ Waveform decode_wav(const uint8_t* data, size_t size, const std::string& name) {
       } else {
         v = static_cast<int32_t>(le32(p)) / 2147483648.0;
       }
-      out[c * frames + i] = static_cast<float>(v);
+      const float f = static_cast<float>(v);
+      // A NaN or an infinity (also a float64 sample past float32's range) would pass through the
+      // resampler and the audio encoder into every row of the conditioning.
+      H3_CHECK(std::isfinite(f), ErrorCode::kInvalidFile, name, ": sample ", i, " of channel ", c,
+               " is not a finite float32 (", v, ")");
+      out[c * frames + i] = f;
     }
   }
   return w;

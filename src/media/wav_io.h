@@ -17,7 +17,8 @@ struct Waveform {
 
 // Reads RIFF/WAVE (also WAVE_FORMAT_EXTENSIBLE). Integer PCM is divided by 2^(bits-1) (8-bit is
 // unsigned with offset 128). Throws kNotFound for a missing file and kInvalidFile naming the file
-// and what is wrong (not RIFF/WAVE, missing fmt/data chunk, unsupported encoding, truncated data).
+// and what is wrong (not RIFF/WAVE, missing fmt/data chunk, unsupported encoding, truncated data,
+// a float sample that is NaN, infinite or past float32's range).
 Waveform read_wav(const std::string& path);
 Waveform decode_wav(const uint8_t* data, size_t size, const std::string& name);
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -275,6 +276,17 @@ TEST(WavIo, FloatRoundTripAndErrors) {
   trunc.resize(trunc.size() + 10);
   expect_error(ErrorCode::kInvalidFile,
                [&] { media::decode_wav(trunc.data(), trunc.size(), "trunc.wav"); }, "truncated");
+  for (const double bad : {std::nan(""), 1e300}) {  // NaN; a float64 past float32's range
+    std::vector<uint8_t> f64 = wav_header(3, 1, 8000, 64, 16);
+    for (const double v : {0.5, bad}) {
+      uint8_t raw[8];
+      std::memcpy(raw, &v, 8);
+      f64.insert(f64.end(), raw, raw + 8);
+    }
+    expect_error(
+        ErrorCode::kInvalidFile, [&] { media::decode_wav(f64.data(), f64.size(), "nan.wav"); },
+        "sample 1 of channel 0 is not a finite float32");
+  }
   std::vector<uint8_t> alaw = wav_header(6, 1, 8000, 8, 2);
   alaw.push_back(0);
   alaw.push_back(0);
