@@ -26,8 +26,11 @@
 #      shapes too), its GPU tests and `h3 bench vae --audio-vae` with the released-shape audio VAE
 #      and the audio decode's profile, with every fusion and with the audio decoder's fusions off
 #      (H3_AUDIO_ENVS adds settings).
+#  11. "variants": the golden tier and the GPU tests on the golden folder's resized variants,
+#      written here by tests/golden/make_resized.py with this machine's PyTorch from the staged
+#      golden folder and the anchor (H3_ANCHOR_DIR, default .device-anchor in the working tree).
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload", "vae", "audio"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
+# "fp8", "vaeload", "vae", "audio", "variants"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
 # per --dit-dtype.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,7 +54,9 @@ run() {
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   local tally
-  tally=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]|ERROR SUMMARY|RACECHECK SUMMARY" "$out/$name.log" | tr '\n' ' ')
+  # gtest's totals only (not one line per skipped test), and the sanitizers' summaries.
+  tally=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]|ERROR SUMMARY|RACECHECK SUMMARY" "$out/$name.log" \
+    | tr '\n' ' ')
   note "$name: rc=$rc ($((SECONDS - start)) s) $tally"
   grep -E "^\[  FAILED  \] [A-Za-z]" "$out/$name.log" | head -20 | tee -a "$summary"
 }
@@ -364,6 +369,24 @@ if [[ " $steps " == *" sanitize "* ]]; then
       --gtest_filter='GpuCudaGraph.*:GpuDitGraph.*:GpuAudioVaeLoad.*:GpuLora.*:-GpuCudaGraph.UncapturableWorkFailsTheCaptureCleanly'
   else
     note "compute-sanitizer: not installed here"
+  fi
+fi
+
+if [[ " $steps " == *" variants "* ]]; then
+  vout=/tmp/h3-golden-resized
+  if [ -z "${H3_GOLDEN_DIR:-}" ] || ! python3 -c 'import torch, numpy' 2>/dev/null; then
+    note "variants: skipped (no staged golden folder, or no python3 with torch and numpy)"
+  else
+    rm -rf "$vout"
+    H3_ANCHOR_DIR=${H3_ANCHOR_DIR:-$here/../.device-anchor} timeout 400 \
+      python3 "$here/../tests/golden/make_resized.py" "$H3_GOLDEN_DIR" "$vout" >"$out/variants_make.log" 2>&1
+    note "variants: make_resized.py rc=$? ($(grep -c '^wrote' "$out/variants_make.log") folders)"
+    for d in "$vout"/*/; do
+      [ -f "$d/manifest.json" ] || continue
+      n=$(basename "$d")
+      H3_GOLDEN_DIR=$d run "golden_$n" 300 "$bin/h3_golden_tests"
+      H3_GOLDEN_DIR=$d run "gpu_$n" 420 "$bin/h3_gpu_tests" --gtest_filter='-AttentionBench.*'
+    done
   fi
 fi
 
