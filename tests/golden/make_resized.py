@@ -22,14 +22,19 @@ release's dtypes (the DiT in bf16 with its float32 islands, the VAEs in float32)
 are computed after reading them back, as the golden README says of its own. The decoders' last
 layers are scaled so that decoded pixels and samples mostly stay inside their clamp ranges.
 
-Kinds recomputed: dit (inputs of the new widths drawn at random, the layout, timesteps and prompt
-rows of each case kept; intermediates included), video_vae_encode, video_vae_decode and their
+Kinds recomputed: e2e, the text-only runs (from the stored prompt rows: the request generator's
+draws at the new latent widths, every step through the reference's DiT and schedulers, the final
+latents and both decodes; the presentation, layout and schedules stay as stored, so only where the
+spatial compression is the source's), dit (inputs of the new widths drawn at random, the layout,
+timesteps and prompt rows of each case kept; intermediates included), video_vae_encode, video_vae_decode and their
 `_sampled` forms (same canvases, pixels, formulas, tile settings and sample positions; latents and
 tile layouts as the new VAE has them), audio_vae_encode and audio_vae_decode (intermediates
 included), with their float64 noise floors in tolerances.json. Kept as they are: every kind that
 does not depend on these components (conditioner, tokenizer, processors, schedulers, layouts, rng,
-audio resampling) and vsa/ (its own checkpoint). Dropped: e2e (the conditioner's pipeline is not
-importable here). generation_info.json records the new configurations.
+audio resampling) and vsa/ (its own checkpoint). Dropped: the keyframe and reference e2e runs
+(their media encodes go through pipeline steps not recomputed here). generation_info.json records
+the new configurations. --check recomputes the shared t2va run too: draws bit for bit, every step
+within 5e-7, frames within 6e-7.
 
 Usage:
   make_resized.py SRC OUT [PRESET ...]  write OUT/<preset> (default: every preset) from the golden
@@ -101,7 +106,7 @@ PRESETS = {
     },
 }
 PIXEL_MEAN, PIXEL_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-REGENERATED = ("dit", "video_vae_encode", "video_vae_decode", "video_vae_encode_sampled",
+REGENERATED = ("e2e", "dit", "video_vae_encode", "video_vae_decode", "video_vae_encode_sampled",
                "video_vae_decode_sampled", "audio_vae_encode", "audio_vae_decode")
 
 torch = None
@@ -134,8 +139,9 @@ def setup(src):
     from diffusers.models.autoencoders.autoencoder_kl_minimax_h3 import AutoencoderKLMiniMaxH3
     from diffusers.models.autoencoders.autoencoder_kl_minimax_h3_audio import AutoencoderKLMiniMaxH3Audio
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3Transformer3DModel
+    from diffusers.schedulers.scheduling_minimax_h3 import MiniMaxH3Scheduler
 
-    Ref.update(vae=AutoencoderKLMiniMaxH3, audio_vae=AutoencoderKLMiniMaxH3Audio,
+    Ref.update(scheduler=MiniMaxH3Scheduler, vae=AutoencoderKLMiniMaxH3, audio_vae=AutoencoderKLMiniMaxH3Audio,
                transformer=MiniMaxH3Transformer3DModel, transformer_ref=MiniMaxH3Transformer3DModel)
     try:  # the pipeline's own helper, when its module imports here
         from diffusers.modular_pipelines.minimax_h3.encoders import encode_vae_condition
@@ -520,6 +526,76 @@ def audio_decode_case(avae, cfg, t, meta, fresh, seed):
     return {k: v for k, v in out.items() if k in t}, meta
 
 
+def patchify(z, patch):
+    """[1, C, F, H, W] -> [rows, C*pt*ph*pw]: rows frame-major then row-major, channel-major patch
+    vectors (checked against the stored rows of the shared folder by --check)."""
+    _, c, f, h, w = z.shape
+    pt, ph, pw = patch
+    x = z.reshape(c, f // pt, pt, h // ph, ph, w // pw, pw).permute(1, 3, 5, 0, 2, 4, 6)
+    return x.reshape(-1, c * pt * ph * pw)
+
+
+def unpatchify(rows, c, f, h, w, patch):
+    pt, ph, pw = patch
+    x = rows.reshape(f // pt, h // ph, w // pw, c, pt, ph, pw).permute(3, 0, 4, 1, 5, 2, 6)
+    return x.reshape(1, c, f, h, w)
+
+
+def e2e_case(models, t, meta, fresh, seed):
+    """A t2va run from its stored prompt rows: the request generator's two draws (video noise, then
+    the audio noise rows), every step (the DiT at the step's stored timesteps and row layout, each
+    modality stepped by its own scheduler), the final latents and their decodes. The conditioner,
+    the layout and the schedules do not depend on the resized components and stay as stored."""
+    del seed  # the request's own seed draws the noise, as in the pipeline
+    dit, dcfg = models["transformer"]
+    vae, vcfg = models["vae"]
+    avae, acfg = models["audio_vae"]
+    sv, sa = (Ref["scheduler"].from_config(Ref["scheduler_config"][k]) for k in ("scheduler", "audio_scheduler"))
+    steps = int(meta["num_inference_steps"])
+    sv.set_timesteps(steps)
+    sa.set_timesteps(steps)
+    g = torch.Generator().manual_seed(int(meta["seed"]))
+    v_shape = list(meta["draw_shapes"][0])
+    a_shape = list(meta["draw_shapes"][1])
+    if fresh:
+        v_shape[1], a_shape[1] = vcfg["latent_channels"], acfg["latent_channels"]
+        meta = dict(meta, draw_shapes=[v_shape, a_shape])
+    zv = torch.randn(v_shape, generator=g, dtype=torch.float32)
+    za = torch.randn(a_shape, generator=g, dtype=torch.float32)
+    patch = dcfg["patch_size"]
+    _, c, f, h, w = v_shape
+    xv, xa = patchify(zv, patch), za
+    lay = {n: st_to_torch(t[n]) for n in ("position_ids", "token_tags", "video_indices", "audio_indices", "text_indices")}
+    txt = st_to_torch(t["prompt_embeds"])
+    out = {n: st_to_torch(x) for n, x in t.items()}
+    out.update(draw0_video_noise=zv, draw1_audio_noise_rows=za, step00_video_rows_in=xv, step00_audio_rows_in=xa)
+    with torch.no_grad():
+        for i in range(len(sv.timesteps)):
+            key = "step%02d_" % i
+            pv, pa = dit(hidden_states=xv[None], audio_hidden_states=xa[None], encoder_hidden_states=txt,
+                         timestep=st_to_torch(t[key + "unique_timesteps"]),
+                         timestep_indices=st_to_torch(t[key + "timestep_indices"]), return_dict=False, **lay)
+            xv = sv.step(pv[0], sv.timesteps[i], xv, return_dict=False)[0]
+            xa = sa.step(pa[0], sa.timesteps[i], xa, return_dict=False)[0]
+            out.update({key + "noise_pred": pv, key + "audio_noise_pred": pa, key + "video_rows_out": xv,
+                        key + "audio_rows_out": xa})
+        zf = unpatchify(xv, c, f, h, w, patch)
+        na = a_shape[0] // 2  # one block of rows per stereo channel
+        af = xa.reshape(2, na, a_shape[1]).permute(0, 2, 1)
+        vm = torch.tensor(vcfg["latents_mean"]).view(1, -1, 1, 1, 1)
+        vs = torch.tensor(vcfg["latents_std"]).view(1, -1, 1, 1, 1)
+        y = vae.decode(zf * vs + vm, return_dict=False)[0]
+        pmean = torch.tensor(PIXEL_MEAN).view(1, -1, 1, 1, 1)
+        pstd = torch.tensor(PIXEL_STD).view(1, -1, 1, 1, 1)
+        frames = (y.float() * pstd + pmean).clamp(0, 1)[0].permute(1, 2, 3, 0)
+        am = torch.tensor(acfg["latents_mean"]).view(1, -1, 1)
+        ast = torch.tensor(acfg["latents_std"]).view(1, -1, 1)
+        wave = avae.decode(af * ast + am, return_dict=False)[0]  # [2, 1, S]
+    out.update(latents_final=zf, audio_latents_final=af, frames_float=frames,
+               frames_uint8=(frames * 255.0).round().to(torch.uint8), audio=wave.permute(1, 0, 2))
+    return {k: v for k, v in out.items() if k in t}, meta
+
+
 CASES = {
     "dit": None,  # per partition, below
     "video_vae_decode": ("vae", vae_decode_case), "video_vae_decode_sampled": ("vae", vae_decode_case),
@@ -528,10 +604,26 @@ CASES = {
 }
 
 
+def plain_t2va(entry):
+    """An e2e case this script can recompute: a text-only run of the main partition."""
+    meta = entry.get("meta") or {}
+    return (meta.get("workflow") == "t2va" and not meta.get("references")
+            and meta.get("transformer_used", ["transformer"]) == ["transformer"] and "draw_shapes" in meta)
+
+
+def load_schedulers(ckpt):
+    Ref["scheduler_config"] = {}
+    for k in ("scheduler", "audio_scheduler"):
+        with open(os.path.join(ckpt, k, "scheduler_config.json")) as f:
+            Ref["scheduler_config"][k] = {n: v for n, v in json.load(f).items() if not n.startswith("_")}
+
+
 def run_case(folder, entry, models, fresh, seed):
     tensors, header = MV.read_safetensors(folder.path(entry["file"]))
     meta = dict(entry.get("meta") or {})
     kind = entry["kind"]
+    if kind == "e2e":
+        return e2e_case(models, tensors, meta, fresh, seed) + (tensors, header)
     if kind == "dit":
         part = meta.get("transformer", "transformer")
         model, cfg = models[part]
@@ -565,8 +657,9 @@ def check(src):
     # The conditioning latents are rounded to float16 inside the recipe: a 1e-6 difference in the
     # encoder may move one of them by a float16 step (2^-11 relative), whatever the recipe.
     fp16_chain = ("posterior_sample_fp16_roundtrip", "latents_normalized", "encode_vae_condition_output")
+    load_schedulers(ckpt)
     for e in g.manifest["files"]:
-        if e.get("kind") not in REGENERATED:
+        if e.get("kind") not in REGENERATED or (e["kind"] == "e2e" and not plain_t2va(e)):
             continue
         out, _, tensors, _ = run_case(g, e, models, fresh=False, seed=0)
         for name in sorted(tensors):
@@ -577,6 +670,10 @@ def check(src):
                     err = 0.0 if err <= 1 else err
                 elif e["kind"] == "video_vae_encode" and name in fp16_chain:
                     err = err * 1e-2  # bound 1e-3: one float16 step of the largest value
+                elif e["kind"] == "e2e" and name == "audio":
+                    # the audio decoder's own float32 noise (about 1e-5, tolerances.json) through a
+                    # whole run: TOLERANCES.md's end-to-end waveform bound, max abs 5e-5 (|max| 1)
+                    err = err * 0.2
                 worst = max(worst, err)
                 print("%-60s %-32s %s" % (e["file"], name, what))
             else:
@@ -602,7 +699,12 @@ def write(src, out_root, preset):
             tensors, _ = MV.read_safetensors(g.path(e["file"]))
             e["tensors"] = {n: {"dtype": t["dtype"], "shape": t["shape"]} for n, t in tensors.items()}
     models = {c: load_model(ckpt, c) for c in configs}
-    g.drop_kind("e2e")
+    load_schedulers(ckpt)
+    # e2e: the text-only runs, where the layout stays the stored one (the same spatial compression);
+    # keyframe and reference runs need the pipeline's encoders of media, not recomputed here.
+    for e in list(g.files("e2e")):
+        if not plain_t2va(e) or spatial_scale(configs["vae"], True) != 1:
+            g.drop_file(e["file"])
     for i, e in enumerate(list(g.manifest["files"])):
         if e.get("kind") not in REGENERATED:
             continue
