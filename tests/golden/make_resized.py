@@ -22,19 +22,21 @@ release's dtypes (the DiT in bf16 with its float32 islands, the VAEs in float32)
 are computed after reading them back, as the golden README says of its own. The decoders' last
 layers are scaled so that decoded pixels and samples mostly stay inside their clamp ranges.
 
-Kinds recomputed: e2e, the text-only runs (from the stored prompt rows: the request generator's
-draws at the new latent widths, every step through the reference's DiT and schedulers, the final
-latents and both decodes; the presentation, layout and schedules stay as stored, so only where the
-spatial compression is the source's), dit (inputs of the new widths drawn at random, the layout,
+Kinds recomputed: e2e, the text-only and keyframe runs (from the stored prompt rows and
+keyframes: the keyframes' conditioning latents, the request generator's draws at the new latent
+widths, every step through the reference's DiT and schedulers, the final latents and both decodes;
+the presentation, layout and schedules stay as stored, so only where the spatial compression is
+the source's), dit (inputs of the new widths drawn at random, the layout,
 timesteps and prompt rows of each case kept; intermediates included), video_vae_encode, video_vae_decode and their
 `_sampled` forms (same canvases, pixels, formulas, tile settings and sample positions; latents and
 tile layouts as the new VAE has them), audio_vae_encode and audio_vae_decode (intermediates
 included), with their float64 noise floors in tolerances.json. Kept as they are: every kind that
 does not depend on these components (conditioner, tokenizer, processors, schedulers, layouts, rng,
-audio resampling) and vsa/ (its own checkpoint). Dropped: the keyframe and reference e2e runs
-(their media encodes go through pipeline steps not recomputed here). generation_info.json records
-the new configurations. --check recomputes the shared t2va run too: draws bit for bit, every step
-within 5e-7, frames within 6e-7.
+audio resampling) and vsa/ (its own checkpoint). Dropped: the reference e2e runs (their media
+normalization and audio encodes go through pipeline steps not recomputed here). generation_info.json
+records the new configurations. --check recomputes the shared folder's t2va and fl2va runs too:
+draws bit for bit, every step within 5.2e-6 (the keyframes' latents one float16 step apart at one
+element), final latents within 2e-7, frames within 6e-7.
 
 Usage:
   make_resized.py SRC OUT [PRESET ...]  write OUT/<preset> (default: every preset) from the golden
@@ -541,47 +543,77 @@ def unpatchify(rows, c, f, h, w, patch):
     return x.reshape(1, c, f, h, w)
 
 
+def encode_condition(vae, vcfg, keyframe):
+    """A keyframe's conditioning latents as the pipeline's encode helper makes them: ImageNet-normalized
+    pixels, the posterior sampled under a fresh generator seeded 42, rounded to float16, normalized."""
+    px = keyframe.permute(2, 0, 1)[None, :, None]  # HWC uint8 -> (1, 3, 1, H, W)
+    post = vae.encode(pixels_normalized(px), return_dict=False)[0]
+    noise = randn(tuple(post.mean.shape), 42)
+    half = (post.mean + post.std * noise).to(torch.float16).float()
+    mean = torch.tensor(vcfg["latents_mean"]).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vcfg["latents_std"]).view(1, -1, 1, 1, 1)
+    return (half - mean) / std, noise
+
+
 def e2e_case(models, t, meta, fresh, seed):
-    """A t2va run from its stored prompt rows: the request generator's two draws (video noise, then
-    the audio noise rows), every step (the DiT at the step's stored timesteps and row layout, each
-    modality stepped by its own scheduler), the final latents and their decodes. The conditioner,
-    the layout and the schedules do not depend on the resized components and stay as stored."""
+    """A t2va or fl2va run from its stored prompt rows and keyframes: the keyframes' conditioning
+    latents, the request generator's draws in the pipeline's order (one per keyframe, the video
+    noise, the audio noise rows) at the new latent widths, the conditioning rows held at t = 0.999,
+    every step (the DiT at the step's stored timesteps and row layout, each modality's generated rows
+    stepped by its own scheduler), the final latents and their decodes. The conditioner, the layout
+    and the schedules do not depend on the resized components and stay as stored."""
     del seed  # the request's own seed draws the noise, as in the pipeline
     dit, dcfg = models["transformer"]
     vae, vcfg = models["vae"]
     avae, acfg = models["audio_vae"]
+    with_tiling(vae, {})  # the pipeline's VAE: the default 256-pixel tiles
     sv, sa = (Ref["scheduler"].from_config(Ref["scheduler_config"][k]) for k in ("scheduler", "audio_scheduler"))
     steps = int(meta["num_inference_steps"])
     sv.set_timesteps(steps)
     sa.set_timesteps(steps)
-    g = torch.Generator().manual_seed(int(meta["seed"]))
-    v_shape = list(meta["draw_shapes"][0])
-    a_shape = list(meta["draw_shapes"][1])
+    shapes = [list(d) for d in meta["draw_shapes"]]
+    n_cond = len(shapes) - 2
     if fresh:
-        v_shape[1], a_shape[1] = vcfg["latent_channels"], acfg["latent_channels"]
-        meta = dict(meta, draw_shapes=[v_shape, a_shape])
-    zv = torch.randn(v_shape, generator=g, dtype=torch.float32)
-    za = torch.randn(a_shape, generator=g, dtype=torch.float32)
+        for d in shapes[:-1]:
+            d[1] = vcfg["latent_channels"]
+        shapes[-1][1] = acfg["latent_channels"]
+        meta = dict(meta, draw_shapes=shapes)
+    out = {n: st_to_torch(x) for n, x in t.items()}
+    g = torch.Generator().manual_seed(int(meta["seed"]))
+    draws = [torch.randn(d, generator=g, dtype=torch.float32) for d in shapes]
+    names = ["condition_noise_%d" % k for k in range(n_cond)] + ["video_noise", "audio_noise_rows"]
+    out.update({"draw%d_%s" % (i, n): d for i, (n, d) in enumerate(zip(names, draws))})
     patch = dcfg["patch_size"]
-    _, c, f, h, w = v_shape
-    xv, xa = patchify(zv, patch), za
+    rows = []
+    with torch.no_grad():
+        for k in range(n_cond):
+            cond, post_noise = encode_condition(vae, vcfg, st_to_torch(t["keyframe_%d" % k]))
+            out.update({"condition_latents_%d" % k: cond, "posterior_noise_%d" % k: post_noise})
+            rows.append(patchify(sv.scale_noise(cond, 0.999, draws[k]), patch))
+    zv, za = draws[n_cond], draws[n_cond + 1]
+    _, c, f, h, w = zv.shape
+    nv = sum(r.shape[0] for r in rows)  # conditioning rows: first, never stepped
+    na_cond = int(st_to_torch(t["num_condition_audio_rows"])[0]) if "num_condition_audio_rows" in t else 0
+    if rows:
+        out["condition_rows"] = torch.cat(rows)
+    xv, xa = torch.cat(rows + [patchify(zv, patch)]), za
     lay = {n: st_to_torch(t[n]) for n in ("position_ids", "token_tags", "video_indices", "audio_indices", "text_indices")}
     txt = st_to_torch(t["prompt_embeds"])
-    out = {n: st_to_torch(x) for n, x in t.items()}
-    out.update(draw0_video_noise=zv, draw1_audio_noise_rows=za, step00_video_rows_in=xv, step00_audio_rows_in=xa)
+    out.update(step00_video_rows_in=xv, step00_audio_rows_in=xa)
     with torch.no_grad():
         for i in range(len(sv.timesteps)):
             key = "step%02d_" % i
             pv, pa = dit(hidden_states=xv[None], audio_hidden_states=xa[None], encoder_hidden_states=txt,
                          timestep=st_to_torch(t[key + "unique_timesteps"]),
                          timestep_indices=st_to_torch(t[key + "timestep_indices"]), return_dict=False, **lay)
-            xv = sv.step(pv[0], sv.timesteps[i], xv, return_dict=False)[0]
-            xa = sa.step(pa[0], sa.timesteps[i], xa, return_dict=False)[0]
+            xv, xa = xv.clone(), xa.clone()
+            xv[nv:] = sv.step(pv[0, nv:], sv.timesteps[i], xv[nv:], return_dict=False)[0]
+            xa[na_cond:] = sa.step(pa[0, na_cond:], sa.timesteps[i], xa[na_cond:], return_dict=False)[0]
             out.update({key + "noise_pred": pv, key + "audio_noise_pred": pa, key + "video_rows_out": xv,
                         key + "audio_rows_out": xa})
-        zf = unpatchify(xv, c, f, h, w, patch)
-        na = a_shape[0] // 2  # one block of rows per stereo channel
-        af = xa.reshape(2, na, a_shape[1]).permute(0, 2, 1)
+        zf = unpatchify(xv[nv:], c, f, h, w, patch)
+        na = (xa.shape[0] - na_cond) // 2  # one block of rows per stereo channel
+        af = xa[na_cond:].reshape(2, na, xa.shape[1]).permute(0, 2, 1)
         vm = torch.tensor(vcfg["latents_mean"]).view(1, -1, 1, 1, 1)
         vs = torch.tensor(vcfg["latents_std"]).view(1, -1, 1, 1, 1)
         y = vae.decode(zf * vs + vm, return_dict=False)[0]
@@ -604,10 +636,10 @@ CASES = {
 }
 
 
-def plain_t2va(entry):
-    """An e2e case this script can recompute: a text-only run of the main partition."""
+def recomputable_run(entry):
+    """An e2e case this script can recompute: a text-only or keyframe run of the main partition."""
     meta = entry.get("meta") or {}
-    return (meta.get("workflow") == "t2va" and not meta.get("references")
+    return (meta.get("workflow") in ("t2va", "fl2va") and not meta.get("references")
             and meta.get("transformer_used", ["transformer"]) == ["transformer"] and "draw_shapes" in meta)
 
 
@@ -659,16 +691,25 @@ def check(src):
     fp16_chain = ("posterior_sample_fp16_roundtrip", "latents_normalized", "encode_vae_condition_output")
     load_schedulers(ckpt)
     for e in g.manifest["files"]:
-        if e.get("kind") not in REGENERATED or (e["kind"] == "e2e" and not plain_t2va(e)):
+        if e.get("kind") not in REGENERATED or (e["kind"] == "e2e" and not recomputable_run(e)):
             continue
         out, _, tensors, _ = run_case(g, e, models, fresh=False, seed=0)
+        ncond = int(st_to_torch(tensors["num_condition_video_rows"])[0]) if "num_condition_video_rows" in tensors else 0
         for name in sorted(tensors):
-            if name in out:
+            if name in out and e["kind"] == "e2e" and ncond and "_video_rows_" in name:
+                # The conditioning rows come from float16-rounded latents (bound below); the
+                # generated rows after them are held to the float32 bound.
+                got, want = out[name], st_to_torch(tensors[name])
+                w_c, e_c = compare(name, got[:ncond], torch_to_st(want[:ncond], "F32"))
+                w_g, e_g = compare(name, got[ncond:], torch_to_st(want[ncond:], "F32"))
+                worst = max(worst, e_c * 1e-2, e_g)
+                print("%-60s %-32s conditioning %s, generated %s" % (e["file"], name, w_c, w_g))
+            elif name in out:
                 what, err = compare(name, out[name], tensors[name])
                 # pixels that sit on a rounding boundary may move by one level
                 if tensors[name]["dtype"] == "U8":
                     err = 0.0 if err <= 1 else err
-                elif e["kind"] == "video_vae_encode" and name in fp16_chain:
+                elif (e["kind"] == "video_vae_encode" and name in fp16_chain) or name.startswith("condition_"):
                     err = err * 1e-2  # bound 1e-3: one float16 step of the largest value
                 elif e["kind"] == "e2e" and name == "audio":
                     # the audio decoder's own float32 noise (about 1e-5, tolerances.json) through a
@@ -703,7 +744,7 @@ def write(src, out_root, preset):
     # e2e: the text-only runs, where the layout stays the stored one (the same spatial compression);
     # keyframe and reference runs need the pipeline's encoders of media, not recomputed here.
     for e in list(g.files("e2e")):
-        if not plain_t2va(e) or spatial_scale(configs["vae"], True) != 1:
+        if not recomputable_run(e) or spatial_scale(configs["vae"], True) != 1:
             g.drop_file(e["file"])
     for i, e in enumerate(list(g.manifest["files"])):
         if e.get("kind") not in REGENERATED:
