@@ -23,15 +23,12 @@ start=$(date +%s)
 # component cases at other model sizes with the reference's own modules: it needs a python3 with
 # torch and numpy (Debian: python3-torch, which `scripts/setup-debian.sh --reference` installs) and
 # the anchor's packed reference sources.
-want_resized=1
+# With no names, every variant; otherwise `resized` selects those, the rest go to make_variants.py.
+want_resized=$(( $# == 0 ))
 names=()
 for n in "$@"; do
-  [[ "$n" == resized ]] || names+=("$n")
+  if [[ "$n" == resized ]]; then want_resized=1; else names+=("$n"); fi
 done
-if (( $# > 0 )); then
-  want_resized=0
-  for n in "$@"; do [[ "$n" == resized ]] && want_resized=1; done
-fi
 if (( ${#names[@]} > 0 || $# == 0 )); then
   python3 tests/golden/make_variants.py "$src" "$out" "${names[@]}"
 fi

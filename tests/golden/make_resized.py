@@ -56,7 +56,6 @@ from tools/train_tiny/cpu_check (torch_compat.py, standins/).
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -158,9 +157,6 @@ def setup(src):
 
 
 # ---- tensors -----------------------------------------------------------------------------------
-
-_TORCH_DTYPE = {}
-
 
 def st_to_torch(t):
     import numpy as np
@@ -294,10 +290,6 @@ def build_checkpoint(src_ckpt, ckpt, preset, log):
     return configs
 
 
-def stored(x, dtype):
-    return st_to_torch(torch_to_st(x, dtype))
-
-
 def calibrate(ckpt, component, cfg, state, log):
     """Scales a decoder's last layer so that its output mostly stays inside the clamp range (the
     shared golden's decoders were rescaled once for the same reason)."""
@@ -370,17 +362,38 @@ def dit_case(model, cfg, t, fresh, seed):
     return out
 
 
+def per_channel(values, dims):
+    """A per-channel constant shaped to broadcast over dim 1 of a `dims`-dimensional tensor."""
+    return torch.tensor(values).view([1, -1] + [1] * (dims - 2))
+
+
 def pixels_normalized(px):
-    mean = torch.tensor(PIXEL_MEAN).view(1, -1, 1, 1, 1)
-    std = torch.tensor(PIXEL_STD).view(1, -1, 1, 1, 1)
-    return (px.to(torch.float32).div(255.0) - mean) / std
+    return (px.to(torch.float32).div(255.0) - per_channel(PIXEL_MEAN, 5)) / per_channel(PIXEL_STD, 5)
+
+
+def frames_float(decoded):
+    """The pipeline's frames (F, H, W, 3) in [0, 1] from a decode (1, 3, F, H, W)."""
+    f = (decoded.float() * per_channel(PIXEL_STD, 5) + per_channel(PIXEL_MEAN, 5)).clamp(0, 1)
+    return f[0].permute(1, 2, 3, 0)
 
 
 def frames_u8(decoded):
-    mean = torch.tensor(PIXEL_MEAN).view(1, -1, 1, 1, 1)
-    std = torch.tensor(PIXEL_STD).view(1, -1, 1, 1, 1)
-    f = (decoded.float() * std + mean).clamp(0, 1)
-    return (f[0].permute(1, 2, 3, 0) * 255.0).round().to(torch.uint8)
+    return (frames_float(decoded) * 255.0).round().to(torch.uint8)
+
+
+def condition_recipe(post, cfg):
+    """The pipeline's conditioning latents from a video posterior: sampled under a fresh generator
+    seeded 42, rounded to float16, normalized. Returns (noise, sample, float16 sample, latents)."""
+    noise = randn(tuple(post.mean.shape), 42)
+    sample = post.mean + post.std * noise
+    half = sample.to(torch.float16).float()
+    return noise, sample, half, (half - per_channel(cfg["latents_mean"], 5)) / per_channel(cfg["latents_std"], 5)
+
+
+def audio_rows(post_mean, cfg):
+    """Normalized audio latents (2, C, N) as the DiT's channel-major rows (2 N, C)."""
+    rows = (post_mean.transpose(1, 2) - torch.tensor(cfg["latents_mean"])) / torch.tensor(cfg["latents_std"])
+    return rows.reshape(-1, cfg["latent_channels"])
 
 
 def with_tiling(vae, meta):
@@ -430,8 +443,7 @@ def tile_layout(vae, height, width, meta):
 
 
 def vae_decode_case(vae, cfg, t, meta, fresh, seed):
-    mean = torch.tensor(cfg["latents_mean"]).view(1, -1, 1, 1, 1)
-    std = torch.tensor(cfg["latents_std"]).view(1, -1, 1, 1, 1)
+    mean, std = per_channel(cfg["latents_mean"], 5), per_channel(cfg["latents_std"], 5)
     with_tiling(vae, meta)
     if "latents_normalized" in t:  # dense
         z = st_to_torch(t["latents_normalized"])
@@ -472,14 +484,10 @@ def vae_encode_case(vae, cfg, t, meta, fresh, seed):
             post = vae.encode(pixels_normalized(px), return_dict=False)[0]
         out = {"pixels_uint8": px, "moments": post.parameters}
         if "posterior_mean" in t or "latents_normalized" in t:
-            noise = randn(tuple(post.mean.shape), 42)
-            sample = post.mean + post.std * noise
-            half = sample.to(torch.float16).float()
-            mean = torch.tensor(cfg["latents_mean"]).view(1, -1, 1, 1, 1)
-            std = torch.tensor(cfg["latents_std"]).view(1, -1, 1, 1, 1)
+            noise, sample, half, latents = condition_recipe(post, cfg)
             out.update(posterior_mean=post.mean, posterior_logvar_clamped=post.logvar, posterior_std=post.std,
                        posterior_noise_seed42=noise, posterior_sample=sample,
-                       posterior_sample_fp16_roundtrip=half, latents_normalized=(half - mean) / std)
+                       posterior_sample_fp16_roundtrip=half, latents_normalized=latents)
             if "encode_vae_condition_output" in t:
                 helper = Ref.get("encode_vae_condition")
                 with torch.no_grad():
@@ -508,11 +516,8 @@ def audio_encode_case(avae, cfg, t, meta, fresh, seed):
         post = avae.encode(wav[:, None, :], return_dict=False)[0]
     for h in handles:
         h.remove()
-    mean = torch.tensor(cfg["latents_mean"])
-    std = torch.tensor(cfg["latents_std"])
-    rows = ((post.mean.transpose(1, 2) - mean) / std).reshape(-1, cfg["latent_channels"])
     out = {"waveform": wav, "encoder_out": got["encoder_out"], "pre_block_out": got["pre_block_out"],
-           "posterior_mean": post.mean, "posterior_logs": post.logs, "normalized_rows": rows}
+           "posterior_mean": post.mean, "posterior_logs": post.logs, "normalized_rows": audio_rows(post.mean, cfg)}
     return {k: v for k, v in out.items() if k in t}, meta
 
 
@@ -520,7 +525,7 @@ def audio_decode_case(avae, cfg, t, meta, fresh, seed):
     z = st_to_torch(t["latents_normalized"])
     if fresh:
         z = randn((z.shape[0], cfg["latent_channels"], z.shape[2]), seed)
-    den = z * torch.tensor(cfg["latents_std"]).view(1, -1, 1) + torch.tensor(cfg["latents_mean"]).view(1, -1, 1)
+    den = z * per_channel(cfg["latents_std"], 3) + per_channel(cfg["latents_mean"], 3)
     got, handles = capture(avae, {"dec_in_proj_out": "dec_in_proj", "conv_pre_out": "decoder.conv_pre",
                                   "ups0_out": "decoder.ups.0.0"})
     with torch.no_grad():
@@ -553,12 +558,8 @@ def encode_condition(vae, vcfg, frames):
     if frames.dim() == 3:
         frames = frames[None]
     px = frames.permute(3, 0, 1, 2)[None]  # FHWC uint8 -> (1, 3, F, H, W)
-    post = vae.encode(pixels_normalized(px), return_dict=False)[0]
-    noise = randn(tuple(post.mean.shape), 42)
-    half = (post.mean + post.std * noise).to(torch.float16).float()
-    mean = torch.tensor(vcfg["latents_mean"]).view(1, -1, 1, 1, 1)
-    std = torch.tensor(vcfg["latents_std"]).view(1, -1, 1, 1, 1)
-    return (half - mean) / std, noise
+    noise, _, _, latents = condition_recipe(vae.encode(pixels_normalized(px), return_dict=False)[0], vcfg)
+    return latents, noise
 
 
 def e2e_case(models, t, meta, fresh, seed):
@@ -610,20 +611,17 @@ def e2e_case(models, t, meta, fresh, seed):
             cond, post_noise = encode_condition(vae, vcfg, visual[k])
             out.update({"condition_latents_%d" % k: cond, "posterior_noise_%d" % k: post_noise})
             rows.append(patchify(sv.scale_noise(cond, 0.999, draws[k]), patch))
-        am = torch.tensor(acfg["latents_mean"])
-        ast = torch.tensor(acfg["latents_std"])
-        audio_rows = []
-        for k, wav in enumerate(sounds):  # posterior mean, normalized, channel-major rows
-            mean = avae.encode(wav[:, None, :], return_dict=False)[0].mean
-            audio_rows.append(((mean.transpose(1, 2) - am) / ast).reshape(-1, acfg["latent_channels"]))
-            out["audio_condition_rows_%d" % k] = audio_rows[-1]
+        sound_rows = []
+        for k, wav in enumerate(sounds):  # the posterior mean's rows
+            sound_rows.append(audio_rows(avae.encode(wav[:, None, :], return_dict=False)[0].mean, acfg))
+            out["audio_condition_rows_%d" % k] = sound_rows[-1]
     zv, za = draws[n_cond], draws[n_cond + 1]
     _, c, f, h, w = zv.shape
     nv = sum(r.shape[0] for r in rows)  # conditioning rows: first, never stepped
-    na_cond = sum(r.shape[0] for r in audio_rows)
+    na_cond = sum(r.shape[0] for r in sound_rows)
     if rows:
         out["condition_rows"] = torch.cat(rows)
-    xv, xa = torch.cat(rows + [patchify(zv, patch)]), torch.cat(audio_rows + [za])
+    xv, xa = torch.cat(rows + [patchify(zv, patch)]), torch.cat(sound_rows + [za])
     layout = ("position_ids", "token_tags", "video_indices", "audio_indices", "text_indices")
     lay = {n: st_to_torch(t[n]) for n in layout}
     txt = st_to_torch(t["prompt_embeds"])
@@ -642,17 +640,12 @@ def e2e_case(models, t, meta, fresh, seed):
         zf = unpatchify(xv[nv:], c, f, h, w, patch)
         na = (xa.shape[0] - na_cond) // 2  # one block of rows per stereo channel
         af = xa[na_cond:].reshape(2, na, xa.shape[1]).permute(0, 2, 1)
-        vm = torch.tensor(vcfg["latents_mean"]).view(1, -1, 1, 1, 1)
-        vs = torch.tensor(vcfg["latents_std"]).view(1, -1, 1, 1, 1)
-        y = vae.decode(zf * vs + vm, return_dict=False)[0]
-        pmean = torch.tensor(PIXEL_MEAN).view(1, -1, 1, 1, 1)
-        pstd = torch.tensor(PIXEL_STD).view(1, -1, 1, 1, 1)
-        frames = (y.float() * pstd + pmean).clamp(0, 1)[0].permute(1, 2, 3, 0)
-        am = torch.tensor(acfg["latents_mean"]).view(1, -1, 1)
-        ast = torch.tensor(acfg["latents_std"]).view(1, -1, 1)
-        wave = avae.decode(af * ast + am, return_dict=False)[0]  # [2, 1, S]
-    out.update(latents_final=zf, audio_latents_final=af, frames_float=frames,
-               frames_uint8=(frames * 255.0).round().to(torch.uint8), audio=wave.permute(1, 0, 2))
+        y = vae.decode(zf * per_channel(vcfg["latents_std"], 5) + per_channel(vcfg["latents_mean"], 5),
+                       return_dict=False)[0]
+        wave = avae.decode(af * per_channel(acfg["latents_std"], 3) + per_channel(acfg["latents_mean"], 3),
+                           return_dict=False)[0]  # [2, 1, S]
+    out.update(latents_final=zf, audio_latents_final=af, frames_float=frames_float(y), frames_uint8=frames_u8(y),
+               audio=wave.permute(1, 0, 2))
     return {k: v for k, v in out.items() if k in t}, meta
 
 
