@@ -80,8 +80,8 @@ if [[ " $steps " == *" tests "* ]]; then
 fi
 
 if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
-  H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=1 run bench 240 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
-  grep -E "^shape|^dit|^qwen|^vae|^vision|^audio" "$out/bench.log" | tee -a "$summary"
+  H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=${H3_BENCH_CHECK:-1} run bench 240 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
+  grep -E "^shape|^dit|^qwen|^vae|^vision|^audio|^d64" "$out/bench.log" | tee -a "$summary"
 fi
 # Model benchmarks through the h3 tool (weights random, released width).
 if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then
@@ -291,12 +291,22 @@ if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
   fi
   # H3_FP8_SEARCH=N also times up to N cuBLASLt configurations per GEMM (`--search N`).
   search=(); [ -n "${H3_FP8_SEARCH:-}" ] && search=(--search "$H3_FP8_SEARCH")
-  run bench_fp8 420 "$bin/h3" bench fp8 "${search[@]}"
-  grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)|heuristic's" "$out/bench_fp8.log" | tee -a "$summary"
+  # H3_FP8_GEMM_BENCH=0 leaves `h3 bench fp8` out.
+  if [ "${H3_FP8_GEMM_BENCH:-1}" != 0 ]; then
+    run bench_fp8 420 "$bin/h3" bench fp8 "${search[@]}"
+    grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)|heuristic's" "$out/bench_fp8.log" | tee -a "$summary"
+  fi
+  # The FP8 block runs once per entry of H3_FP8_ENVS (e.g. "none H3_FUSE_FP8_SWIGLU=0"; commas
+  # join several settings of one entry); H3_DIT_ITERS sets the timed iterations (default 3).
   for dt in bf16 fp8; do
-    run dit_fasth3_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --attention vsa \
-      --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt
-    grep -E "ms per block|mean|block" "$out/dit_fasth3_$dt.log" | head -4 | sed "s/^/fasth3 $dt: /" | tee -a "$summary"
+    envs_list=none; [ $dt = fp8 ] && envs_list=${H3_FP8_ENVS:-none}
+    for e in $envs_list; do
+      tag=$dt; [ "$e" != none ] && tag=${dt}_${e//[^A-Za-z0-9]/_}
+      envs=(); [ "$e" != none ] && envs=(${e//,/ })
+      run dit_fasth3_$tag 240 env "${envs[@]}" "$bin/h3" bench dit --blocks 2 --iters "${H3_DIT_ITERS:-3}" \
+        --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt
+      grep -E "ms per block|mean|block" "$out/dit_fasth3_$tag.log" | head -4 | sed "s/^/fasth3 $tag: /" | tee -a "$summary"
+    done
     [ "${H3_FP8_DENSE:-1}" = 0 ] && continue
     run dit_dense_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --dit-dtype $dt
     grep -E "ms per block|mean|block" "$out/dit_dense_$dt.log" | head -4 | sed "s/^/dense $dt: /" | tee -a "$summary"

@@ -200,6 +200,25 @@ Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
   return out;
 }
 
+Fp8Activation swiglu_fp8(const Tensor& u, Fp8ActScaling act) {
+  H3_CHECK(u.defined() && dtype_is_float(u.dtype()) && u.dtype() != DType::kF8E4M3 &&
+               u.dim() >= 1 && u.size(-1) % 2 == 0,
+           ErrorCode::kInvalidArgument, "ops::swiglu_fp8: u ",
+           u.defined() ? u.desc() : std::string("<undefined>"),
+           ": expected a float u [..., 2F] ([value | gate])");
+  if (u.device().is_cuda()) return cuda::swiglu_fp8(u, act);
+  return quantize_activation_fp8(swiglu(u), act);
+}
+
+Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
+                                    const Tensor& scale, const Tensor& shift, const Tensor& idx,
+                                    Fp8ActScaling act) {
+  if (x.defined() && x.device().is_cuda()) {
+    return cuda::rms_norm_modulate_fp8(x, weight, eps, scale, shift, idx, act);
+  }
+  return quantize_activation_fp8(rms_norm_modulate(x, weight, eps, scale, shift, idx), act);
+}
+
 Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias) {
   check_fp8_weight(w, "ops::linear_fp8");
   H3_CHECK(x.defined() && x.data.dim() == 2 && x.data.size(1) == w.in_features(),

@@ -42,6 +42,8 @@ struct Shape4 {
   bool causal;
   DType dtype;
   int reps;
+  int segments =
+      1;  // > 1: a block-diagonal batch of equal segments (cu_seqlens), as the VAE's tiles
 };
 
 double time_ms(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionParams& p, int reps) {
@@ -75,6 +77,11 @@ TEST(AttentionBench, Shapes) {
       {"dit_half", 18983, 56, 56, 128, false, DType::kBF16, 5},
       {"qwen3_lm_causal_gqa", 4096, 64, 8, 128, true, DType::kBF16, 10},
       {"vae_decoder_fp16", 16384, 2, 2, 64, false, DType::kF16, 10},
+      // The video VAE decoder's call: 4 tiles of 1,797 rows, 32 heads of 64 (1,764 such calls per
+      // 1344x768x124 decode), and the same head dim on long sequences, which tells the per-tile
+      // rate apart from what short segments cost (prologue, epilogue, the ragged last tiles).
+      {"vae_tiles_4x1797", 4 * 1797, 32, 32, 64, false, DType::kF16, 20, 4},
+      {"d64_long_fp16", 16384, 16, 16, 64, false, DType::kF16, 10},
       {"vision_d72_generic", 4096, 16, 16, 72, false, DType::kBF16, 3},
       {"audio_d256_f32_causal", 2048, 1, 1, 256, true, DType::kF32, 3},
   };
@@ -86,7 +93,11 @@ TEST(AttentionBench, Shapes) {
     const Tensor v = gpu_randn({sh.s, sh.hkv, sh.d}, sh.dtype, 3);
     ops::AttentionParams p;
     p.causal = sh.causal;
-    const double flop = 4.0 * static_cast<double>(sh.s) * static_cast<double>(sh.s) * sh.hq * sh.d * (sh.causal ? 0.5 : 1.0);
+    if (sh.segments > 1) {
+      for (int i = 0; i <= sh.segments; ++i) p.cu_seqlens.push_back(sh.s * i / sh.segments);
+    }
+    const double seg = static_cast<double>(sh.s) / sh.segments;
+    const double flop = 4.0 * sh.segments * seg * seg * sh.hq * sh.d * (sh.causal ? 0.5 : 1.0);
     const bool flash = ops::cuda::attention_path(q, k, v, nullptr) == ops::cuda::AttentionPath::kFlash;
     const int variants = (flash && sh.d == 128 && sh.dtype == DType::kBF16) ? 3 : 1;
     for (int var = 0; var < variants; ++var) {

@@ -260,6 +260,8 @@ TEST(BackendOpsTable, CasesAreWellFormed) {
                             "copy",
                             "copy_into",
                             "rms_norm_modulate",
+                            "rms_norm_modulate_fp8",
+                            "swiglu_fp8",
                             "qk_norm_rope",
                             "linear_residual",
                             "anti_aliased_snake_beta"};

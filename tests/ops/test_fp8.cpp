@@ -69,6 +69,20 @@ std::vector<double> ref_activation(const Tensor& x, Fp8ActScaling act) {
   return v;
 }
 
+// y = x w^T (+ b) in float64: x [m, k], w [n, k], b [n] or empty.
+std::vector<double> ref_gemm(const std::vector<double>& x, const std::vector<double>& w,
+                             const std::vector<double>& b, int64_t m, int64_t k, int64_t n) {
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = b.empty() ? 0.0 : b[static_cast<size_t>(j)];
+      for (int64_t kk = 0; kk < k; ++kk)
+        acc += x[static_cast<size_t>(i * k + kk)] * w[static_cast<size_t>(j * k + kk)];
+      y[static_cast<size_t>(i * n + j)] = acc;
+    }
+  return y;
+}
+
 std::string tag(Fp8WeightScaling w, Fp8ActScaling a) {
   return std::string("w") + h3::ops::fp8_weight_scaling_name(w) + "_a" +
          h3::ops::fp8_act_scaling_name(a);
@@ -122,15 +136,127 @@ void add_linear_fp8(const Shape& xshape, int64_t n, DType xt, Fp8WeightScaling w
     const std::vector<double> b = bias ? f64(in[2]) : std::vector<double>();
     int64_t m = 1;
     for (size_t d = 0; d + 1 < xshape.size(); ++d) m *= xshape[d];
-    std::vector<double> y(static_cast<size_t>(m * n));
+    return ref_gemm(x, w, b, m, k, n);
+  };
+  register_case(std::move(c));
+}
+
+// A feed-forward's FP8 output projection over swiglu_fp8: the product of u [M, 2F] = [value |
+// gate] in u's dtype, quantized, then the GEMM (no bias, as the DiT's and the VAE's). The
+// reference rounds as the CPU does and the model's reference runs (silu(gate) in u's dtype, then
+// the product); CUDA's SwiGLU kernels round once. A product one 16-bit ulp away lands on the other
+// side of an E4M3 rounding boundary about once in 2^(8-3) = 32 (bf16), which moves that value by
+// one E4M3 step (up to 1/8 of it). Measured on the CPU against a reference that rounds once:
+// rel_l2 / rel_max 1.2e-2 / 1.9e-2 (bf16, per token), 3.1e-3 / 5.8e-3 (f16), 1.7e-2 / 4.7e-2 (bf16,
+// per tensor); the device bounds are about twice those.
+void add_swiglu_linear_fp8(int64_t m, int64_t f, int64_t n, DType ut, Fp8ActScaling as,
+                           bool large = false) {
+  OpCase c;
+  if (ut != DType::kF32) c.device_bounds = Bounds{3e-2, 1e-1};
+  c.op = "swiglu_fp8";
+  c.name = std::string("Fp8_swiglu_linear_a") + h3::ops::fp8_act_scaling_name(as) + "_" +
+           dtype_tag(ut) + "_" + std::to_string(m) + "x" + std::to_string(2 * f) + "n" +
+           std::to_string(n);
+  c.dtype = ut;
+  c.large = large;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({m, 2 * f}, ut),
+                               r.normal_tensor({n, f}, DType::kBF16, 0.0f, 0.02f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[1], Fp8WeightScaling::kPerChannel);
+    return h3::ops::linear_fp8(h3::ops::swiglu_fp8(in[0], as), w, nullptr);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> u = f64(in[0]);
+    // Rounds float32 values to u's dtype (exact for float32).
+    auto round_all = [&](const std::vector<float>& v) {
+      return Tensor::from_f32(v, {static_cast<int64_t>(v.size())}, ut).to_f32_vector();
+    };
+    std::vector<float> s(static_cast<size_t>(m * f)), h(s.size());
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = bias ? b[static_cast<size_t>(j)] : 0.0;
-        for (int64_t kk = 0; kk < k; ++kk)
-          acc += x[static_cast<size_t>(i * k + kk)] * w[static_cast<size_t>(j * k + kk)];
-        y[static_cast<size_t>(i * n + j)] = acc;
+      for (int64_t j = 0; j < f; ++j) {
+        const float g = static_cast<float>(u[static_cast<size_t>(i * 2 * f + f + j)]);
+        s[static_cast<size_t>(i * f + j)] = g / (1.0f + std::exp(-g));
       }
-    return y;
+    s = round_all(s);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < f; ++j)
+        h[static_cast<size_t>(i * f + j)] =
+            static_cast<float>(u[static_cast<size_t>(i * 2 * f + j)]) *
+            s[static_cast<size_t>(i * f + j)];
+    const std::vector<double> x = ref_activation(Tensor::from_f32(h, {m, f}, ut), as);
+    const std::vector<double> w = ref_weight(in[1], Fp8WeightScaling::kPerChannel);
+    return ref_gemm(x, w, {}, m, f, n);
+  };
+  register_case(std::move(c));
+}
+
+// The FP8 projections over a DiT block's modulated rows (rms_norm_modulate_fp8): RMSNorm with a
+// weight, modulation by table rows, quantization, then the GEMM. The reference rounds to x's dtype
+// where the model's reference does (h3_dit_spec.md §2.9: the norm's output, then
+// a = R(R(x * R(1 + scale)) + shift)), as the CPU's composition does; CUDA's fused kernel
+// rounds once, and a value one 16-bit ulp away crosses an E4M3 rounding boundary about once in 32
+// (bf16). Measured on the CPU against a reference that rounds once: rel_l2 / rel_max 1.9e-2 /
+// 2.2e-2 (bf16), 6.1e-3 / 9.1e-3 (f16); the device bounds are about twice those.
+void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64_t n, DType xt,
+                                  Fp8ActScaling as) {
+  OpCase c;
+  if (xt != DType::kF32) c.device_bounds = Bounds{4e-2, 1e-1};
+  c.op = "rms_norm_modulate_fp8";
+  c.name = std::string("Fp8_norm_modulate_linear_a") + h3::ops::fp8_act_scaling_name(as) + "_" +
+           dtype_tag(xt) + "_" + std::to_string(m) + "x" + std::to_string(cols) + "n" +
+           std::to_string(n);
+  c.dtype = xt;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({m, cols}, xt),
+                               r.uniform_tensor({tables, cols}, xt, -0.5f, 0.5f),
+                               r.uniform_tensor({tables, cols}, xt, -0.5f, 0.5f),
+                               r.indices(m, tables),
+                               r.uniform_tensor({cols}, xt, 0.5f, 1.5f),
+                               r.normal_tensor({n, cols}, DType::kBF16, 0.0f, 0.02f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[5], Fp8WeightScaling::kPerChannel);
+    return h3::ops::linear_fp8(
+        h3::ops::rms_norm_modulate_fp8(in[0], &in[4], 1e-6f, in[1], in[2], in[3], as), w, nullptr);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> x = f64(in[0]), sc = f64(in[1]), sh = f64(in[2]), nw = f64(in[4]);
+    const std::vector<int64_t> idx = in[3].to_i64_vector();
+    // Float32 values rounded to x's dtype (exact for float32).
+    auto round_all = [&](const std::vector<float>& v) {
+      return Tensor::from_f32(v, {static_cast<int64_t>(v.size())}, xt).to_f32_vector();
+    };
+    std::vector<float> a(static_cast<size_t>(m * cols));
+    for (int64_t r = 0; r < m; ++r) {
+      double ss = 0.0;
+      for (int64_t k = 0; k < cols; ++k)
+        ss += x[static_cast<size_t>(r * cols + k)] * x[static_cast<size_t>(r * cols + k)];
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(cols) + 1e-6);
+      for (int64_t k = 0; k < cols; ++k)
+        a[static_cast<size_t>(r * cols + k)] = static_cast<float>(
+            x[static_cast<size_t>(r * cols + k)] * inv * nw[static_cast<size_t>(k)]);
+    }
+    a = round_all(a);
+    std::vector<float> one_plus(sc.size());
+    for (size_t i = 0; i < sc.size(); ++i) one_plus[i] = static_cast<float>(1.0 + sc[i]);
+    one_plus = round_all(one_plus);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t k = 0; k < cols; ++k) {
+        const size_t t = static_cast<size_t>(idx[static_cast<size_t>(r)] * cols + k);
+        float& v = a[static_cast<size_t>(r * cols + k)];
+        v *= one_plus[t];
+      }
+    a = round_all(a);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t k = 0; k < cols; ++k) {
+        const size_t t = static_cast<size_t>(idx[static_cast<size_t>(r)] * cols + k);
+        a[static_cast<size_t>(r * cols + k)] += static_cast<float>(sh[t]);
+      }
+    const std::vector<double> q = ref_activation(Tensor::from_f32(a, {m, cols}, xt), as);
+    const std::vector<double> w = ref_weight(in[5], Fp8WeightScaling::kPerChannel);
+    return ref_gemm(q, w, {}, m, cols, n);
   };
   register_case(std::move(c));
 }
@@ -182,6 +308,18 @@ void add_cases() {
                  Fp8ActScaling::kPerToken, true, false, /*prequantized=*/true, DType::kBF16);
   add_linear_fp8({200, 512}, 384, DType::kBF16, Fp8WeightScaling::kPerChannel,
                  Fp8ActScaling::kPerToken, true, false, /*prequantized=*/false, DType::kBF16);
+  // SwiGLU into the FP8 GEMM: the fused kernel (16-bit, per token; F a multiple of 8 but not of
+  // 2,048, the kernel's 256 threads x 8), and the two ops it stands for (per tensor; float32).
+  for (DType ut : {DType::kBF16, DType::kF16})
+    add_swiglu_linear_fp8(37, 264, 48, ut, Fp8ActScaling::kPerToken);
+  add_swiglu_linear_fp8(37, 264, 48, DType::kBF16, Fp8ActScaling::kPerTensor);
+  add_swiglu_linear_fp8(5, 24, 16, DType::kF32, Fp8ActScaling::kPerToken);
+  add_swiglu_linear_fp8(300, 2056, 256, DType::kBF16, Fp8ActScaling::kPerToken, /*large=*/true);
+  // Modulated rows into the FP8 GEMM: the fused kernel (16-bit and float32 rows, per token; 1,032
+  // columns: not a multiple of a warp's 256), and the two ops it stands for (per tensor).
+  for (DType xt : {DType::kBF16, DType::kF16, DType::kF32})
+    add_norm_modulate_linear_fp8(40, 1032, 3, 48, xt, Fp8ActScaling::kPerToken);
+  add_norm_modulate_linear_fp8(40, 1032, 3, 48, DType::kBF16, Fp8ActScaling::kPerTensor);
   // K = 0: an empty sum, so every row is the bias.
   for (bool pre : {false, true})
     add_linear_fp8({3, 0}, 8, DType::kF32, Fp8WeightScaling::kPerChannel, Fp8ActScaling::kPerToken,

@@ -259,14 +259,16 @@ Tensor DitModel::apply_rope(const Tensor& x, const DitLayout& layout) const {
 }
 
 // q/k/v projections, per-head RMSNorm, optional RoPE, full attention, output projection (§2.10).
-Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
-                                 const DitLayout* rope, double vsa_sparsity,
-                                 ops::VsaTrace* vsa_trace, const Tensor* vsa_mask) const {
-  const int64_t s = a.size(0);
+Tensor DitModel::attention_layer(const Tensor& a, ops::Fp8Activation aq,
+                                 const DitAttentionWeights& w, const DitLayout* rope,
+                                 double vsa_sparsity, ops::VsaTrace* vsa_trace,
+                                 const Tensor* vsa_mask) const {
+  const int64_t s = a.defined() ? a.size(0) : aq.shape.at(0);
   const int64_t heads = config_.num_attention_heads;
   const int64_t hd = config_.attention_head_dim;
   const float eps = static_cast<float>(config_.qk_norm_eps);
-  ops::Fp8Activation aq;  // `a` in E4M3, for every FP8 projection of it
+  // `aq`: `a` in E4M3, for every FP8 projection of it (made by the first that needs it, if not
+  // given)
   Tensor q = block_linear(a, aq, w.to_q, w.to_q_scale, w.to_q_lora).view({s, heads, hd});
   part("GEMM q");
   Tensor k = block_linear(a, aq, w.to_k, w.to_k_scale, w.to_k_lora).view({s, heads, hd});
@@ -306,9 +308,20 @@ Tensor DitModel::attention_layer(const Tensor& a, const DitAttentionWeights& w,
 }
 
 // SwiGLU with the fused projection split [value | gate] (§2.11).
-Tensor DitModel::feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const {
-  const Tensor u = block_linear(b, w.fc_in, w.fc_in_scale, w.fc_in_lora);
+Tensor DitModel::feed_forward(const Tensor& b, ops::Fp8Activation bq,
+                              const DitFeedForwardWeights& w) const {
+  const Tensor u = block_linear(b, bq, w.fc_in, w.fc_in_scale, w.fc_in_lora);
   part("GEMM ffn in");
+  if (fp8_only_reader({{&w.fc_out, &w.fc_out_lora}})) {
+    // Only the FP8 GEMM reads the product: it goes straight to E4M3 (the same bits as swiglu,
+    // then quantize), the largest activation of the block never written in bf16.
+    const ops::Fp8Activation hq = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
+    part("SwiGLU");
+    Tensor out = ops::linear_fp8(hq, {w.fc_out, w.fc_out_scale, ops::Fp8WeightScaling::kPerChannel},
+                                 nullptr);
+    part("GEMM ffn out");
+    return out;
+  }
   Tensor h;
   if (eager_bf16()) {
     // h = bf16(value * bf16(silu(gate))): two roundings.
@@ -339,6 +352,15 @@ Tensor DitModel::norm_rope(const Tensor& x, const Tensor& norm, float eps,
   if (eager_bf16()) return apply_rope(ops::rms_norm(x, &norm, eps), layout);
   return ops::qk_norm_rope(x, &norm, eps, layout.rope_cos, layout.rope_sin,
                            static_cast<int>(config_.rotary_dim()));
+}
+
+bool DitModel::fp8_only_reader(
+    std::initializer_list<std::pair<const Tensor*, const RuntimeLora*>> projections) const {
+  if (eager_bf16()) return false;  // that policy's roundings are the separate ops'
+  for (const auto& [w, lora] : projections) {
+    if (w->defined() && (w->dtype() != DType::kF8E4M3 || !lora->empty())) return false;
+  }
+  return true;
 }
 
 void DitModel::part(const char* name) const {
@@ -376,8 +398,8 @@ DitTextContext DitModel::encode_text(const Tensor& encoder_hidden_states, DitTra
   if (trace) trace->context_embedder_out = x;
   // §2.4: plain pre-norm blocks, no RoPE, no AdaLN, text-only attention.
   for (const DitRefinerBlockWeights& b : weights_.refiner) {
-    x = ops::add(x, attention_layer(ops::rms_norm(x, &b.norm1, eps), b.attn, nullptr));
-    x = ops::add(x, feed_forward(ops::rms_norm(x, &b.norm2, eps), b.ff));
+    x = ops::add(x, attention_layer(ops::rms_norm(x, &b.norm1, eps), {}, b.attn, nullptr));
+    x = ops::add(x, feed_forward(ops::rms_norm(x, &b.norm2, eps), {}, b.ff));
   }
   DitTextContext ctx;
   ctx.embeds = ops::rms_norm(x, &weights_.refiner_final_norm,
@@ -514,16 +536,36 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   }
   part("adaLN");
   // §2.9.
-  const Tensor a = norm_modulate(x_in, b.norm1, eps, scale_msa, shift_msa, adaln_rows);
+  // Modulated rows that only FP8 GEMMs read are formed in E4M3 directly (the same bits as
+  // norm_modulate, then quantize): the block's 16-bit rows are never written.
+  const DitAttentionWeights& at = b.attn;
+  Tensor a;
+  ops::Fp8Activation aq;
+  if (fp8_only_reader({{&at.to_q, &at.to_q_lora},
+                       {&at.to_k, &at.to_k_lora},
+                       {&at.to_v, &at.to_v_lora},
+                       {&at.to_gate, &at.to_gate_lora}})) {
+    aq = ops::rms_norm_modulate_fp8(x_in, &b.norm1, eps, scale_msa, shift_msa, adaln_rows,
+                                    ops::Fp8ActScaling::kPerToken);
+  } else {
+    a = norm_modulate(x_in, b.norm1, eps, scale_msa, shift_msa, adaln_rows);
+  }
   part("norm + modulate");
   const std::vector<Tensor>& masks = options_.vsa.block_masks;
   const Tensor* mask = block < static_cast<int64_t>(masks.size()) ? &masks[static_cast<size_t>(block)] : nullptr;
-  const Tensor attn = attention_layer(a, b.attn, &layout, sparsity, vt, mask);
+  const Tensor attn = attention_layer(a, std::move(aq), b.attn, &layout, sparsity, vt, mask);
   Tensor x = gated_add(x_in, attn, gate_msa, adaln_rows);
   part("gated residual");
-  const Tensor h = norm_modulate(x, b.norm2, eps, scale_mlp, shift_mlp, adaln_rows);
+  Tensor h;
+  ops::Fp8Activation hq;
+  if (fp8_only_reader({{&b.ff.fc_in, &b.ff.fc_in_lora}})) {
+    hq = ops::rms_norm_modulate_fp8(x, &b.norm2, eps, scale_mlp, shift_mlp, adaln_rows,
+                                    ops::Fp8ActScaling::kPerToken);
+  } else {
+    h = norm_modulate(x, b.norm2, eps, scale_mlp, shift_mlp, adaln_rows);
+  }
   part("norm + modulate");
-  const Tensor ff = feed_forward(h, b.ff);
+  const Tensor ff = feed_forward(h, std::move(hq), b.ff);
   x = gated_add(x, ff, gate_mlp, adaln_rows);
   part("gated residual");
   if (trace) trace->block_out.push_back(x);

@@ -20,9 +20,11 @@
 // steps); forward() once per denoising step.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -31,6 +33,7 @@
 #include "models/h3_dit/dit_config.h"
 #include "models/h3_dit/dit_lora.h"
 #include "models/h3_dit/dit_weights.h"
+#include "ops/fp8.h"
 #include "ops/vsa.h"
 
 namespace h3 {
@@ -253,9 +256,11 @@ class DitModel {
 
  private:
   DitModel() = default;
-  // rope == nullptr: the refiner (dense, no RoPE). vsa_sparsity < 0: dense attention.
-  Tensor attention_layer(const Tensor& a, const DitAttentionWeights& w, const DitLayout* rope,
-                         double vsa_sparsity = -1.0, ops::VsaTrace* vsa_trace = nullptr,
+  // rope == nullptr: the refiner (dense, no RoPE). vsa_sparsity < 0: dense attention. `aq`: the
+  // input already in E4M3 for the FP8 projections; `a` may then be undefined (fp8_only_reader).
+  Tensor attention_layer(const Tensor& a, ops::Fp8Activation aq, const DitAttentionWeights& w,
+                         const DitLayout* rope, double vsa_sparsity = -1.0,
+                         ops::VsaTrace* vsa_trace = nullptr,
                          const Tensor* vsa_mask = nullptr) const;
   void init_common();
   // Streamed block `block` as views into its slot (waits for its copy, prefetches `next_block`,
@@ -265,7 +270,12 @@ class DitModel {
   Tensor run_block_with(const DitBlockWeights& b, int64_t block, const Tensor& x,
                         const Tensor& temb_act, const Tensor& adaln_rows, const DitLayout& layout,
                         int64_t step_index, DitTrace* trace) const;
-  Tensor feed_forward(const Tensor& b, const DitFeedForwardWeights& w) const;
+  Tensor feed_forward(const Tensor& b, ops::Fp8Activation bq, const DitFeedForwardWeights& w) const;
+  // Whether FP8 GEMMs are the only readers of an input of these projections (weight, adapters;
+  // undefined weights are not read): each weight E4M3 and without adapters, which read the 16-bit
+  // rows. Such an input can be formed in E4M3 directly.
+  bool fp8_only_reader(
+      std::initializer_list<std::pair<const Tensor*, const RuntimeLora*>> projections) const;
   Tensor apply_rope(const Tensor& x, const DitLayout& layout) const;
   Tensor modulate_rows(const Tensor& x, const Tensor& scale, const Tensor& shift,
                        const Tensor& idx) const;

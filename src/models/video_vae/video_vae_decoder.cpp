@@ -236,7 +236,14 @@ std::vector<Tensor> decoder_forward_batch(const VideoVaeConfig& c, const Decoder
     // Feed-forward branch: SwiGLU with the fused projection split [value | gate].
     const Tensor up = project(n2, n2q, b.ff_in_w, b.ff_in_s, b.ff_in_b);
     clock.lap(&DecoderProfile::gemm_s);
-    const Tensor act = ops::swiglu(up);
+    // An FP8 output projection is the product's only reader: straight to E4M3 (the same bits as
+    // swiglu, then quantize), never written in f16.
+    Tensor act;
+    if (b.ff_out_w.dtype() == DType::kF8E4M3) {
+      actq = ops::swiglu_fp8(up, ops::Fp8ActScaling::kPerToken);
+    } else {
+      act = ops::swiglu(up);
+    }
     clock.lap(&DecoderProfile::other_s);
     const Tensor ff = project(act, actq, b.ff_out_w, b.ff_out_s, b.ff_out_b);
     clock.lap(&DecoderProfile::gemm_s);

@@ -23,8 +23,6 @@ constexpr int kThreads = 256;
 
 enum class Unary : int { kSilu, kGelu, kGeluTanh, kScale };
 
-__device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
-
 __global__ void unary_kernel(const void* x, int xt, void* out, int ot, int64_t n, Unary op, float s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -72,6 +72,10 @@ __device__ __forceinline__ void st_any(void* p, int code, int64_t i, double v) {
   }
 }
 
+// x * sigmoid(x), as ops::silu and ops::swiglu compute it on CUDA (one definition, so that
+// swiglu_fp8's products are swiglu's bit for bit).
+__device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
 // Eight consecutive values of a float tensor (f32, bf16 or f16) from element i, in one or two
 // 16-byte accesses: the caller guarantees i % 8 == 0 and a 16-byte aligned base (vec8_ok). Each
 // value converts exactly as ld/st convert one.
@@ -116,6 +120,15 @@ __device__ __forceinline__ void st8(void* p, int code, int64_t i, const float v[
     w[k] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Each value rounded to a float dtype and back, as st/st8 would store it and ld/ld8 read it.
+__device__ __forceinline__ void round8(int code, float v[8]) {
+  if (code == kCodeBF16) {
+    for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(__float2bfloat16_rn(v[k]));
+  } else if (code == kCodeF16) {
+    for (int k = 0; k < 8; ++k) v[k] = __half2float(__float2half_rn(v[k]));
+  }
 }
 
 }  // namespace h3::ops::cuda

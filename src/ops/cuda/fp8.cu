@@ -11,35 +11,13 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise_util.cuh"
 #include "ops/cuda/fp8_cuda.h"
+#include "ops/cuda/fp8_util.cuh"
 
 namespace h3::ops::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-// E4M3 of f exactly as core/dtype's f8e4m3_from_f32: NaN and magnitudes of 480 or more are NaN,
-// [448, 480) saturates to 448, everything else rounds to nearest even.
-__device__ __forceinline__ uint8_t to_e4m3(float f) {
-  const uint8_t sign = static_cast<uint8_t>((__float_as_uint(f) >> 24) & 0x80u);
-  const float a = fabsf(f);
-  if (isnan(f) || a >= 480.0f) return static_cast<uint8_t>(sign | 0x7fu);
-  return static_cast<uint8_t>(sign | __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3));
-}
-
-__device__ __forceinline__ float from_e4m3(uint8_t v) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E4M3)));
-}
-
-// NaN wins, as the CPU's amax: one bad value poisons its group's scale.
-__device__ __forceinline__ float nan_max(float a, float b) {
-  return (isnan(a) || isnan(b)) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
-}
-
-__device__ __forceinline__ float scale_of(float amax) {
-  if (!isfinite(amax)) return __int_as_float(0x7fffffff);
-  return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-}
 
 // The block's NaN-propagating maximum of v (every thread gets it).
 __device__ float block_amax(float v) {
@@ -93,6 +71,17 @@ __global__ void quantize_rows_kernel(const void* x, int xt, int64_t k, const uns
 // Two 16-bit values as floats (exact for both formats).
 __device__ __forceinline__ float2 pair_to_float2(const __nv_bfloat162& h) { return __bfloat1622float2(h); }
 __device__ __forceinline__ float2 pair_to_float2(const __half2& h) { return __half22float2(h); }
+// Eight 16-bit values of one 16-byte word as floats, in memory order.
+template <typename Pair>
+__device__ __forceinline__ void unpack8(const uint4& u, float v[8]) {
+  const Pair* h = reinterpret_cast<const Pair*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = pair_to_float2(h[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
 
 // quantize_rows_kernel for 16-bit (bf16: the DiT; f16: the video VAE's autocast decoder)
 // activations per token with k % 8 == 0 on 16-byte aligned rows: eight values per load and eight
@@ -105,32 +94,55 @@ __global__ void quantize_rows_x8_kernel(const void* x, int64_t k, uint8_t* q, fl
   const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + row * k);
   float m = 0.0f;
   for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
-    const uint4 u = xr[i];
-    const Pair* h = reinterpret_cast<const Pair*>(&u);
+    float v[8];
+    unpack8<Pair>(xr[i], v);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = pair_to_float2(h[j]);
-      m = nan_max(nan_max(m, fabsf(f.x)), fabsf(f.y));
-    }
+    for (int j = 0; j < 8; ++j) m = nan_max(m, fabsf(v[j]));
   }
   const float s = scale_of(block_amax(m));
   if (threadIdx.x == 0) scale[row] = s;
   uint2* qr = reinterpret_cast<uint2*>(q + row * k);
   for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
-    const uint4 u = xr[i];  // the row again, from L1/L2: the first pass brought it in
-    const Pair* h = reinterpret_cast<const Pair*>(&u);
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = pair_to_float2(h[j]);
-      const uint32_t pair = static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.x, s))) |
-                            (static_cast<uint32_t>(to_e4m3(__fdiv_rn(f.y, s))) << 8);
-      if (j < 2) lo |= pair << (16 * j);
-      else hi |= pair << (16 * (j - 2));
-    }
-    qr[i] = make_uint2(lo, hi);
+    float v[8];
+    unpack8<Pair>(xr[i], v);  // the row again, from L1/L2: the first pass brought it in
+    qr[i] = e4m3x8(v, s);
   }
 }
+
+// swiglu_fp8 for 16-bit u [rows, 2F] = [value | gate], F % 8 == 0, 16-byte aligned: one block per
+// row. The products are rounded to u's dtype exactly as swiglu_vec8_kernel stores them, kept in
+// shared memory (F values), and quantized as quantize_rows_x8_kernel quantizes swiglu's output:
+// the same amax, scale and E4M3 bits, without writing the product and reading it back.
+template <typename Pair>
+__global__ void swiglu_quantize_rows_kernel(const void* u, int code, int64_t f, uint8_t* q,
+                                            float* scale) {
+  extern __shared__ uint4 products[];  // F / 8 groups of eight 16-bit values
+  const int64_t row = blockIdx.x, nv = f / 8;
+  const void* ur = static_cast<const uint16_t*>(u) + row * 2 * f;
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    float v[8], g[8];
+    ld8(ur, code, 8 * i, v);
+    ld8(ur, code, f + 8 * i, g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] *= silu_f(g[j]);
+    st8(&products[i], code, 0, v);
+    ld8(&products[i], code, 0, v);  // the stored (rounded) values, which are what gets quantized
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = nan_max(m, fabsf(v[j]));
+  }
+  const float s = scale_of(block_amax(m));  // block_amax's barriers also publish `products`
+  if (threadIdx.x == 0) scale[row] = s;
+  uint2* qr = reinterpret_cast<uint2*>(q + row * f);
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    float v[8];
+    unpack8<Pair>(products[i], v);
+    qr[i] = e4m3x8(v, s);
+  }
+}
+
+// Shared memory a swiglu_quantize_rows_kernel block may take without opting in to more.
+constexpr int64_t kSwigluFp8MaxSmem = 48 * 1024;
 
 // amax over all of x into *out (float bits; |x| is non-negative, so its bits order as its
 // values, and a NaN's bits sort above infinity's: NaN wins here too). *out starts at 0.
@@ -329,6 +341,49 @@ Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   out.dtype = x.dtype();
   quantize_rows(x, m, k, act, static_cast<uint8_t*>(out.data.raw()),
                 static_cast<float*>(out.scale.raw()), nullptr);
+  return out;
+}
+
+bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act) {
+  if (act != Fp8ActScaling::kPerToken || (u.dtype() != DType::kBF16 && u.dtype() != DType::kF16))
+    return false;
+  if (u.dim() < 1 || u.size(-1) % 16 != 0 || !u.is_contiguous()) return false;
+  const int64_t f = u.size(-1) / 2;
+  return f > 0 && f * 2 <= kSwigluFp8MaxSmem && reinterpret_cast<uintptr_t>(u.raw()) % 16 == 0 &&
+         fusion_enabled("SWIGLU") && fusion_enabled("FP8_SWIGLU");
+}
+
+Fp8Activation swiglu_fp8(const Tensor& u_in, Fp8ActScaling act) {
+  require_cuda(u_in, "swiglu_fp8", "u");
+  require_float(u_in, "swiglu_fp8", "u");
+  set_device_of(u_in);
+  const Tensor u = contiguous(u_in);
+  if (!swiglu_fp8_fused(u, act)) return cuda::quantize_activation_fp8(cuda::swiglu(u), act);
+  const int64_t f = u.size(-1) / 2;
+  int64_t m = 1;
+  for (int d = 0; d + 1 < u.dim(); ++d) m *= u.size(d);
+  Fp8Activation out;
+  out.data = Tensor::empty({m, f}, DType::kF8E4M3, u.device());
+  out.scale = Tensor::empty({m}, DType::kF32, u.device());
+  out.shape = u.shape();
+  out.shape.back() = f;
+  out.dtype = u.dtype();
+  if (m == 0) return out;
+  H3_CHECK(m <= 0x7fffffff, ErrorCode::kUnsupported, "ops::swiglu_fp8: ", m,
+           " rows exceed one launch");
+  const size_t smem = static_cast<size_t>(f) * 2;
+  auto* q = static_cast<uint8_t*>(out.data.raw());
+  auto* sc = static_cast<float*>(out.scale.raw());
+  if (u.dtype() == DType::kBF16) {
+    swiglu_quantize_rows_kernel<__nv_bfloat162>
+        <<<static_cast<unsigned>(m), kThreads, smem, current_stream()>>>(u.raw(), kCodeBF16, f, q,
+                                                                         sc);
+  } else {
+    swiglu_quantize_rows_kernel<__half2>
+        <<<static_cast<unsigned>(m), kThreads, smem, current_stream()>>>(u.raw(), kCodeF16, f, q,
+                                                                         sc);
+  }
+  check_launch("swiglu_fp8");
   return out;
 }
 

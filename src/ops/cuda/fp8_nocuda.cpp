@@ -21,6 +21,16 @@ Fp8Activation quantize_activation_fp8(const Tensor&, Fp8ActScaling) {
   no_cuda("quantize_activation_fp8");
 }
 Tensor linear_fp8(const Fp8Activation&, const Fp8Weight&, const Tensor*) { no_cuda("linear_fp8"); }
+Fp8Activation swiglu_fp8(const Tensor&, Fp8ActScaling) { no_cuda("swiglu_fp8"); }
+bool swiglu_fp8_fused(const Tensor&, Fp8ActScaling) { return false; }
+Fp8Activation rms_norm_modulate_fp8(const Tensor&, const Tensor*, float, const Tensor&,
+                                    const Tensor&, const Tensor&, Fp8ActScaling) {
+  no_cuda("rms_norm_modulate_fp8");
+}
+bool rms_norm_modulate_fp8_fused(const Tensor&, const Tensor*, const Tensor&, const Tensor&,
+                                 Fp8ActScaling) {
+  return false;
+}
 std::vector<Fp8AlgoTiming> sweep_linear_fp8(const Fp8Activation&, const Fp8Weight&, int, int, bool) {
   no_cuda("sweep_linear_fp8");
 }

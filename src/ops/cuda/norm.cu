@@ -13,6 +13,8 @@
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise_util.cuh"
+#include "ops/cuda/fp8_cuda.h"
+#include "ops/cuda/fp8_util.cuh"
 
 namespace h3::ops::cuda {
 
@@ -77,6 +79,36 @@ __global__ void rms_rows_kernel(RowArgs a, int mode) {
   }
 }
 
+// 1 / RMS of a row read eight values at a time, the warp's lanes striding by 256.
+__device__ __forceinline__ float rms_inv_vec8(const RowArgs& a, int64_t base, int lane) {
+  float ss = 0.0f;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8];
+    ld8(a.x, a.xt, base + c, v);
+    for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
+  }
+  return 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(a.cols) + a.eps);
+}
+
+// Eight normalized (mode 1: and modulated by table row t) values from column c, in float32 before
+// the output's rounding. One definition for the 16-bit output and the E4M3 one, so both see the
+// same arithmetic.
+__device__ __forceinline__ void rms_values8(const RowArgs& a, int64_t base, int64_t c, float inv,
+                                            int mode, int64_t t, float v[8]) {
+  float w[8], sc[8], sh[8];
+  ld8(a.x, a.xt, base + c, v);
+  if (a.w) ld8(a.w, a.wt, c, w);
+  if (mode == 1) {
+    ld8(a.scale, a.sct, t * a.cols + c, sc);
+    ld8(a.shift, a.sht, t * a.cols + c, sh);
+  }
+  for (int k = 0; k < 8; ++k) {
+    v[k] *= inv;
+    if (a.w) v[k] *= w[k];
+    if (mode == 1) v[k] = v[k] * (1.0f + sc[k]) + sh[k];
+  }
+}
+
 // rms_rows_kernel eight values at a time (vec8_ok operands, cols % 8 == 0): a lane reads 16 bytes
 // per access instead of 2, which takes the DiT's 5,376-wide rows from latency-bound to
 // bandwidth-bound. The second pass reads the row again (from L1/L2: one DRAM read per row).
@@ -85,29 +117,45 @@ __global__ void rms_rows_vec8_kernel(RowArgs a, int mode) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
   if (row >= a.rows) return;
   const int64_t base = row * a.cols;
-  float ss = 0.0f;
-  for (int64_t c = lane * 8; c < a.cols; c += 256) {
-    float v[8];
-    ld8(a.x, a.xt, base + c, v);
-    for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
-  }
-  const float inv = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(a.cols) + a.eps);
+  const float inv = rms_inv_vec8(a, base, lane);
   int64_t t = 0;
   if (mode == 1 && !table_row(a, row, lane, &t)) return;
   for (int64_t c = lane * 8; c < a.cols; c += 256) {
-    float v[8], w[8], sc[8], sh[8];
-    ld8(a.x, a.xt, base + c, v);
-    if (a.w) ld8(a.w, a.wt, c, w);
-    if (mode == 1) {
-      ld8(a.scale, a.sct, t * a.cols + c, sc);
-      ld8(a.shift, a.sht, t * a.cols + c, sh);
-    }
-    for (int k = 0; k < 8; ++k) {
-      v[k] *= inv;
-      if (a.w) v[k] *= w[k];
-      if (mode == 1) v[k] = v[k] * (1.0f + sc[k]) + sh[k];
-    }
+    float v[8];
+    rms_values8(a, base, c, inv, mode, t, v);
     st8(a.out, a.ot, base + c, v);
+  }
+}
+
+// rms_rows_vec8_kernel's modulated rows (mode 1) quantized per row to E4M3, as
+// quantize_activation_fp8 quantizes that kernel's output: each value rounded to the output dtype
+// (a.ot) as st8 stores it, the row's amax over those, then value / scale to E4M3 (q [rows, cols],
+// qscale [rows]). The values are formed twice, for the amax and for the bytes, from the row the
+// first pass brought into L1/L2, instead of writing the 16-bit row and reading it back.
+__global__ void rms_modulate_fp8_vec8_kernel(RowArgs a, uint8_t* q, float* qscale) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= a.rows) return;
+  const int64_t base = row * a.cols;
+  const float inv = rms_inv_vec8(a, base, lane);
+  int64_t t = 0;
+  if (!table_row(a, row, lane, &t)) return;
+  float m = 0.0f;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8];
+    rms_values8(a, base, c, inv, 1, t, v);
+    round8(a.ot, v);
+    for (int k = 0; k < 8; ++k) m = nan_max(m, fabsf(v[k]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float s = scale_of(m);
+  if (lane == 0) qscale[row] = s;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8];
+    rms_values8(a, base, c, inv, 1, t, v);
+    round8(a.ot, v);
+    *reinterpret_cast<uint2*>(q + base + c) = e4m3x8(v, s);
   }
 }
 
@@ -319,8 +367,9 @@ struct RowSetup {
   RowArgs a{};
 };
 
+// alloc_out false: no output tensor (a kernel that writes another form of it, such as E4M3).
 RowSetup row_setup(const Tensor& x_in, const Tensor* weight, const Tensor* bias, float eps,
-                   const char* op) {
+                   const char* op, bool alloc_out = true) {
   require_cuda(x_in, op, "x");
   check_float(x_in, op, "x");
   H3_CHECK(x_in.dim() >= 1, ErrorCode::kInvalidArgument, "ops::", op, ": x is a scalar");
@@ -338,10 +387,10 @@ RowSetup row_setup(const Tensor& x_in, const Tensor* weight, const Tensor* bias,
   }
   if (weight) s.w = contiguous(*weight);
   if (bias) s.b = contiguous(*bias);
-  s.out = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+  if (alloc_out) s.out = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
   s.a.x = s.x.raw();
   s.a.xt = dtype_code(s.x.dtype());
-  s.a.out = s.out.numel() ? s.out.raw() : nullptr;
+  s.a.out = s.out.defined() && s.out.numel() ? s.out.raw() : nullptr;
   s.a.ot = dtype_code(s.out.dtype());
   s.a.cols = cols;
   s.a.rows = cols ? s.x.numel() / cols : 0;
@@ -434,33 +483,58 @@ Tensor group_norm(const Tensor& x_in, int groups, const Tensor* weight, const Te
   return out;
 }
 
+namespace {
+
+// rms_norm_modulate's checks and row arguments (the tables and indices bound), for its 16-bit and
+// E4M3 outputs.
+struct ModulateSetup {
+  RowSetup s;
+  Tensor sc, sh, idx;
+};
+
+ModulateSetup modulate_setup(const Tensor& x, const Tensor* weight, float eps,
+                             const Tensor& scale_t, const Tensor& shift_t, const Tensor& idx_in,
+                             const char* op, bool alloc_out) {
+  for (const Tensor* t : {&scale_t, &shift_t, &idx_in}) require_cuda(*t, op, "input");
+  check_float(scale_t, op, "scale");
+  check_float(shift_t, op, "shift");
+  H3_CHECK(x.dim() == 2 && scale_t.dim() == 2 && shift_t.shape() == scale_t.shape() &&
+               scale_t.size(1) == x.size(1) && idx_in.numel() == x.size(0),
+           ErrorCode::kInvalidArgument, "ops::", op,
+           ": expected x [S, C], scale/shift [T, C], idx [S]; got x ", shape_str(x.shape()),
+           ", scale ", shape_str(scale_t.shape()), ", shift ", shape_str(shift_t.shape()), ", idx ",
+           shape_str(idx_in.shape()));
+  H3_CHECK(idx_in.dtype() == DType::kI64 || idx_in.dtype() == DType::kI32,
+           ErrorCode::kInvalidArgument, "ops::", op, ": index dtype ", dtype_name(idx_in.dtype()),
+           " (expected i32 or i64)");
+  ModulateSetup m;
+  m.s = row_setup(x, weight, nullptr, eps, op, alloc_out);
+  m.sc = contiguous(scale_t);
+  m.sh = contiguous(shift_t);
+  m.idx = contiguous(idx_in);
+  RowArgs& a = m.s.a;
+  a.scale = m.sc.raw();
+  a.sct = dtype_code(m.sc.dtype());
+  a.shift = m.sh.raw();
+  a.sht = dtype_code(m.sh.dtype());
+  a.idx.ptr = m.idx.raw();
+  a.idx.is64 = m.idx.dtype() == DType::kI64;
+  a.tables = m.sc.size(0);
+  return m;
+}
+
+}  // namespace
+
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale_t,
                          const Tensor& shift_t, const Tensor& idx_in) {
   if (!fusion_enabled("RMSNORM_MODULATE")) {
     return modulate(rms_norm(x, weight, eps), scale_t, shift_t, idx_in);
   }
-  for (const Tensor* t : {&scale_t, &shift_t, &idx_in}) require_cuda(*t, "rms_norm_modulate", "input");
-  check_float(scale_t, "rms_norm_modulate", "scale");
-  check_float(shift_t, "rms_norm_modulate", "shift");
-  H3_CHECK(x.dim() == 2 && scale_t.dim() == 2 && shift_t.shape() == scale_t.shape() &&
-               scale_t.size(1) == x.size(1) && idx_in.numel() == x.size(0),
-           ErrorCode::kInvalidArgument,
-           "ops::rms_norm_modulate: expected x [S, C], scale/shift [T, C], idx [S]; got x ",
-           shape_str(x.shape()), ", scale ", shape_str(scale_t.shape()), ", shift ",
-           shape_str(shift_t.shape()), ", idx ", shape_str(idx_in.shape()));
-  H3_CHECK(idx_in.dtype() == DType::kI64 || idx_in.dtype() == DType::kI32, ErrorCode::kInvalidArgument,
-           "ops::rms_norm_modulate: index dtype ", dtype_name(idx_in.dtype()), " (expected i32 or i64)");
-  RowSetup s = row_setup(x, weight, nullptr, eps, "rms_norm_modulate");
+  ModulateSetup m =
+      modulate_setup(x, weight, eps, scale_t, shift_t, idx_in, "rms_norm_modulate", true);
+  RowSetup& s = m.s;
   if (s.a.rows == 0 || s.a.cols == 0) return s.out;
-  const Tensor sc = contiguous(scale_t), sh = contiguous(shift_t), idx = contiguous(idx_in);
-  s.a.scale = sc.raw();
-  s.a.sct = dtype_code(sc.dtype());
-  s.a.shift = sh.raw();
-  s.a.sht = dtype_code(sh.dtype());
-  s.a.idx.ptr = idx.raw();
-  s.a.idx.is64 = idx.dtype() == DType::kI64;
-  s.a.tables = sc.size(0);
-  const bool vec = rows_vec8(s) && vec8_ok(sc) && vec8_ok(sh);
+  const bool vec = rows_vec8(s) && vec8_ok(m.sc) && vec8_ok(m.sh);
   with_index_check("rms_norm_modulate", s.a.tables, s.x.device(), s.a, [&] {
     if (vec) {
       rms_rows_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
@@ -469,6 +543,38 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
     }
   });
   return s.out;
+}
+
+bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Tensor& scale,
+                                 const Tensor& shift, Fp8ActScaling act) {
+  return act == Fp8ActScaling::kPerToken && x.dim() == 2 && x.size(1) % 8 == 0 && vec8_ok(x) &&
+         (!weight || vec8_ok(*weight)) && vec8_ok(scale) && vec8_ok(shift) &&
+         fusion_enabled("RMSNORM_MODULATE") && fusion_enabled("FP8_NORM_MODULATE");
+}
+
+Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
+                                    const Tensor& scale_t, const Tensor& shift_t,
+                                    const Tensor& idx_in, Fp8ActScaling act) {
+  if (!rms_norm_modulate_fp8_fused(x, weight, scale_t, shift_t, act)) {
+    return cuda::quantize_activation_fp8(
+        cuda::rms_norm_modulate(x, weight, eps, scale_t, shift_t, idx_in), act);
+  }
+  ModulateSetup m =
+      modulate_setup(x, weight, eps, scale_t, shift_t, idx_in, "rms_norm_modulate_fp8", false);
+  RowSetup& s = m.s;
+  Fp8Activation out;
+  out.data = Tensor::empty({s.a.rows, s.a.cols}, DType::kF8E4M3, s.x.device());
+  out.scale = Tensor::empty({s.a.rows}, DType::kF32, s.x.device());
+  out.shape = s.x.shape();
+  out.dtype = s.x.dtype();
+  if (s.a.rows == 0) return out;
+  auto* q = static_cast<uint8_t*>(out.data.raw());
+  auto* qs = static_cast<float*>(out.scale.raw());
+  with_index_check("rms_norm_modulate_fp8", s.a.tables, s.x.device(), s.a, [&] {
+    rms_modulate_fp8_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0,
+                                   current_stream()>>>(s.a, q, qs);
+  });
+  return out;
 }
 
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos_t,
