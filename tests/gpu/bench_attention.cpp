@@ -100,15 +100,24 @@ TEST(AttentionBench, Shapes) {
     const double flop = 4.0 * sh.segments * seg * seg * sh.hq * sh.d * (sh.causal ? 0.5 : 1.0);
     const bool flash = ops::cuda::attention_path(q, k, v, nullptr) == ops::cuda::AttentionPath::kFlash;
     const int variants = (flash && sh.d == 128 && sh.dtype == DType::kBF16) ? 3 : 1;
-    for (int var = 0; var < variants; ++var) {
-      setenv("H3_ATTN_VARIANT", std::to_string(var).c_str(), 1);
-      const double ms = time_ms(q, k, v, p, sh.reps);
-      std::printf("%-24s %8lld %5lld %5lld %4lld %7d %-8s %10.3f %10.1f\n", sh.name, static_cast<long long>(sh.s),
-                  static_cast<long long>(sh.hq), static_cast<long long>(sh.hkv), static_cast<long long>(sh.d), var,
-                  flash ? "flash" : "generic", ms, flop / (ms * 1e-3) / 1e12);
-      std::fflush(stdout);
+    // Head dim 64 on the Hopper kernel: two consumer warpgroups per CTA, then three (variant 1).
+    const bool d64 = sh.d == 64 && p.kernel == ops::AttentionKernel::kAuto &&
+                     ops::attention_kernel_for(q, k, v, p) == ops::AttentionKernel::kHopper;
+    for (int wg = 0; wg < (d64 ? 2 : 1); ++wg) {
+      if (d64) setenv("H3_ATTN_HOPPER_D64_WARPGROUPS", wg ? "3" : "2", 1);
+      for (int var = 0; var < variants; ++var) {
+        setenv("H3_ATTN_VARIANT", std::to_string(var).c_str(), 1);
+        const double ms = time_ms(q, k, v, p, sh.reps);
+        std::printf("%-24s %8lld %5lld %5lld %4lld %7d %-8s %10.3f %10.1f\n", sh.name,
+                    static_cast<long long>(sh.s), static_cast<long long>(sh.hq),
+                    static_cast<long long>(sh.hkv), static_cast<long long>(sh.d), var + wg,
+                    d64 ? (wg ? "hopper3" : "hopper2") : (flash ? "flash" : "generic"), ms,
+                    flop / (ms * 1e-3) / 1e12);
+        std::fflush(stdout);
+      }
     }
     unsetenv("H3_ATTN_VARIANT");
+    unsetenv("H3_ATTN_HOPPER_D64_WARPGROUPS");
     const char* check = std::getenv("H3_BENCH_CHECK");
     if (flash && check && std::string(check) == "1" && sh.s > 30000) {
       const Tensor a = ops::attention(q, k, v, p);

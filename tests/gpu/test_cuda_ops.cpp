@@ -418,6 +418,39 @@ TEST(CudaAttention, FlashAgreesWithGenericAndIsDeterministic) {
   EXPECT_LE(dg.rel_l2, 1e-2);
 }
 
+// The Hopper kernel at head dim 64 with three consumer warpgroups (192 query rows per CTA,
+// H3_ATTN_HOPPER_D64_WARPGROUPS=3) against two: each row's softmax and products run in the same
+// order whichever warpgroup owns it, so the outputs are the same bytes; f16 and bf16, the VAE's
+// block-diagonal tiles of 1,797 rows and one segment whose rows are not a multiple of 192.
+TEST(CudaAttention, HopperHeadDim64ThreeWarpgroupsEqualTwo) {
+  H3_REQUIRE_CUDA();
+  if (!ops::attention_kernel_available(ops::AttentionKernel::kHopper, Device::cuda(0))) {
+    GTEST_SKIP() << "no Hopper kernel on this device";
+  }
+  const int64_t s = 3594, h = 3, d = 64;
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor q = to_gpu(randn({s, h, d}, dt, 61));
+    const Tensor k = to_gpu(randn({s, h, d}, dt, 62));
+    const Tensor v = to_gpu(randn({s, h, d}, dt, 63));
+    for (bool tiles : {true, false}) {
+      ops::AttentionParams p;
+      p.kernel = ops::AttentionKernel::kHopper;
+      if (tiles) p.cu_seqlens = {0, 1797, 3594};
+      Tensor two, three;
+      {
+        ScopedEnv wg("H3_ATTN_HOPPER_D64_WARPGROUPS", "2");
+        two = ops::attention(q, k, v, p);
+      }
+      {
+        ScopedEnv wg("H3_ATTN_HOPPER_D64_WARPGROUPS", "3");
+        three = ops::attention(q, k, v, p);
+      }
+      EXPECT_TRUE(same_bytes(two, three)) << (tiles ? "tiles" : "one segment");
+    }
+  }
+}
+
 // Which kernel runs is reported (attention_kernel_for) and can be chosen: on a Hopper GPU the
 // automatic choice at head dim 64 (the video VAE decoder) is the wgmma kernel, H3_ATTN_HOPPER=0
 // takes the mma.sync one, a kernel named for inputs it cannot take is refused with the reason, and

@@ -95,14 +95,23 @@ void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   pb.scale_log2 = scale * 1.4426950408889634f;
   pb.f16 = q.dtype() == DType::kF16;
   pb.head_dim = static_cast<int>(q.size(2));
+  // Head dim 64 (the video VAE's decoder): H3_ATTN_HOPPER_D64_WARPGROUPS=3 runs three consumer
+  // warpgroups of 64 rows per CTA (192 rows, 160 registers each) instead of two (128 rows, 240
+  // registers), as FlashAttention-3 shapes its head dim 64 kernel: more warps share the
+  // exponentials of a tile whose tensor work is half that of head dim 128.
+  if (pb.head_dim == 64) {
+    const char* wg = std::getenv("H3_ATTN_HOPPER_D64_WARPGROUPS");
+    pb.consumers = wg && std::strcmp(wg, "3") == 0 ? 3 : 2;
+  }
   // Block-diagonal batches: tiles of 128 query rows that never straddle a segment boundary.
   Tensor tiles;
   if (!cu_seqlens.empty()) {
     std::vector<hopper::TileDesc> list;
     for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
       const int lo = static_cast<int>(cu_seqlens[s]), hi = static_cast<int>(cu_seqlens[s + 1]);
-      for (int r = lo; r < hi; r += hopper::kRowsPerCta) {
-        list.push_back(hopper::TileDesc{r, std::min(r + hopper::kRowsPerCta, hi), lo, hi});
+      const int rows = hopper::rows_per_cta(pb);
+      for (int r = lo; r < hi; r += rows) {
+        list.push_back(hopper::TileDesc{r, std::min(r + rows, hi), lo, hi});
       }
     }
     if (list.empty()) return;

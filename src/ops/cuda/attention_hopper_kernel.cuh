@@ -40,20 +40,27 @@
 
 namespace h3::ops::cuda::hopper {
 
-constexpr int kRowsPerCta = 128;  // 2 consumer warpgroups x 64 rows
+constexpr int kRowsPerCta = 128;  // 2 consumer warpgroups x 64 rows (the default shape)
 constexpr int kKeysPerTile = 128;
 constexpr int kHeadDim = 128;  // the DiT's (and VSA's); Geometry<64> is the video VAE decoder's
 constexpr int kThreads = 384;
 
-// Shared-memory plan for head dim D. Tiles are stored as D / 64 column halves of 128-byte rows.
-template <int D>
+// Shared-memory plan for head dim D and C consumer warpgroups (64 query rows each). Tiles are
+// stored as D / 64 column halves of 128-byte rows.
+template <int D, int C = 2>
 struct Geometry {
   static_assert(D == 64 || D == 128, "the Hopper attention kernel takes head dim 64 or 128");
+  static_assert(C == 2 || (C == 3 && D == 64), "3 consumer warpgroups only at head dim 64");
+  static constexpr int kRows = 64 * C;            // query rows per CTA
+  static constexpr int kThreads = 128 * (C + 1);  // the producer warpgroup and C consumers
+  // Registers per consumer thread after the producer gives its own back (setmaxnreg): 240 with two
+  // consumers; 160 with three (512 threads launch at 128 each; the producer keeps 24).
+  static constexpr int kConsumerRegs = C == 2 ? 240 : 160;
   // 3 stages at D = 128 (224 KiB with Q) measured 65 ms against 74 ms with 2 at the DiT shape;
   // D = 64 tiles are half the size, so a fourth stage fits in less than 3 stages take at 128.
   static constexpr int kStages = D == 128 ? 3 : 4;
   static constexpr int kTileBytes = kKeysPerTile * D * 2;  // one K or V tile
-  static constexpr int kQBytes = kRowsPerCta * D * 2;
+  static constexpr int kQBytes = kRows * D * 2;
   // Q, K and V stages, then the mbarriers; +1024 so the base can be rounded up to the 1024-byte
   // alignment the 128-byte swizzle pattern repeats on.
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 128 + 1024;
@@ -252,12 +259,12 @@ struct Wgmma<__half> {
 // S = Q K^T for one warpgroup: D / 16 k-steps of 16 along the head dim. Q and K tiles are stored
 // as 64-column halves ([half][rows][64], 128-byte rows, swizzled); a k-step inside a half moves
 // the start address by 32 bytes, the next 8-row group is 1024 bytes on (stride byte offset).
-template <typename T, int D = kHeadDim>
+template <typename T, int D = kHeadDim, int kRows = kRowsPerCta>
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     const uint32_t off = (ks >> 2) * (kKeysPerTile * 128) + (ks & 3) * 32;
-    const uint32_t q_off = (ks >> 2) * (kRowsPerCta * 128) + (ks & 3) * 32;
+    const uint32_t q_off = (ks >> 2) * (kRows * 128) + (ks & 3) * 32;
     Wgmma<T>::ss(s, make_desc(q_base + q_off, 16, 1024), make_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0);
   }
 }
@@ -284,14 +291,16 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)
 
 }  // namespace detail
 
-template <typename T, int D = kHeadDim>
-__global__ void __launch_bounds__(kThreads, 1)
-    attention_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+template <typename T, int D = kHeadDim, int C = 2>
+__global__ void __launch_bounds__(Geometry<D, C>::kThreads, 1)
+    attention_hopper_kernel(const __grid_constant__ CUtensorMap map_q,
+                            const __grid_constant__ CUtensorMap map_k,
                             const __grid_constant__ CUtensorMap map_v, const KernelArgs args) {
 #ifdef H3_HOPPER_ATTN_DEVICE
   using namespace detail;
-  using G = Geometry<D>;
+  using G = Geometry<D, C>;
   constexpr int kStages = G::kStages, kTileBytes = G::kTileBytes, kQBytes = G::kQBytes;
+  constexpr int kRows = G::kRows;
   constexpr int kHalves = D / 64;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -309,8 +318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (args.tiles) {
     tile = args.tiles[blockIdx.x];
   } else {
-    tile.q_start = blockIdx.x * kRowsPerCta;
-    tile.q_end = min(args.s_q, tile.q_start + kRowsPerCta);
+    tile.q_start = blockIdx.x * kRows;
+    tile.q_end = min(args.s_q, tile.q_start + kRows);
     tile.seg_start = 0;
     tile.kv_end = args.s_kv;
   }
@@ -326,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_k(s), 1);
       mbar_init(bar_v(s), 1);
-      mbar_init(bar_empty(s), 256);
+      mbar_init(bar_empty(s), 128 * C);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -349,7 +358,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    if constexpr (G::kConsumerRegs == 240) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n");
+    }
     const int cw = warpgroup - 1;  // consumer warpgroup: rows [64 cw, 64 cw + 64) of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
     const int g = lane >> 2, tq = lane & 3;
@@ -407,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (n_tiles > 0) {
       mbar_wait(bar_k(0), 0);
       wgmma_fence();
-      issue_qk<T, D>(s, q_base, sK);
+      issue_qk<T, D, kRows>(s, q_base, sK);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(s);
@@ -420,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(o);
       fence_regs(pa);
       wgmma_fence();
-      issue_qk<T, D>(s, q_base, sK + st * kTileBytes);
+      issue_qk<T, D, kRows>(s, q_base, sK + st * kTileBytes);
       wgmma_commit();
       mbar_wait(bar_v(prev), ((j - 1) / kStages) & 1);
       issue_pv<T, kKeysPerTile, D>(o, pa, sV + prev * kTileBytes);
@@ -489,7 +502,11 @@ struct Problem {
   const TileDesc* tiles;   // device tile list (block-diagonal batches) or null
   int n_tiles;             // entries of tiles
   int head_dim = kHeadDim; // 128 or 64
+  int consumers = 2;       // consumer warpgroups (64 query rows each): 2, or 3 at head dim 64
 };
+
+// Query rows per CTA of a problem (the tile list's block size).
+inline int rows_per_cta(const Problem& pb) { return 64 * pb.consumers; }
 
 // Rows of a [S, H, D] view as a 3-D tensor map (head dim, rows, heads) with 64 x 128 x 1 boxes
 // and the 128-byte swizzle the wgmma descriptors expect (box_rows: rows per box, 128 by default).
@@ -542,9 +559,13 @@ inline const char* launch(const Problem& pb, cudaStream_t stream) {
     return "strides are not multiples of 8 elements";
   }
   if (pb.head_dim != 64 && pb.head_dim != 128) return "head dim is neither 64 nor 128";
+  if (pb.consumers != 2 && !(pb.consumers == 3 && pb.head_dim == 64)) {
+    return "3 consumer warpgroups are built for head dim 64 only";
+  }
   CUtensorMap mq, mk, mv;
-  const int d = pb.head_dim;
-  if (const char* e = make_map(&mq, pb.q, pb.s_q, pb.hq, pb.q_row, pb.q_head, pb.f16, kKeysPerTile, d)) return e;
+  const int d = pb.head_dim, rows = rows_per_cta(pb);
+  if (const char* e = make_map(&mq, pb.q, pb.s_q, pb.hq, pb.q_row, pb.q_head, pb.f16, rows, d))
+    return e;
   if (const char* e = make_map(&mk, pb.k, pb.s_kv, pb.hkv, pb.k_row, pb.k_head, pb.f16, kKeysPerTile, d)) return e;
   if (const char* e = make_map(&mv, pb.v, pb.s_kv, pb.hkv, pb.v_row, pb.v_head, pb.f16, kKeysPerTile, d)) return e;
   KernelArgs a{};
@@ -557,22 +578,29 @@ inline const char* launch(const Problem& pb, cudaStream_t stream) {
   a.scale_log2 = pb.scale_log2;
   a.tiles = pb.tiles;
   const unsigned gx = pb.tiles ? static_cast<unsigned>(pb.n_tiles)
-                               : static_cast<unsigned>((pb.s_q + kRowsPerCta - 1) / kRowsPerCta);
+                               : static_cast<unsigned>((pb.s_q + rows - 1) / rows);
   if (gx == 0) return nullptr;
   const dim3 grid(gx, static_cast<unsigned>(pb.hq));
-  auto run = [&](auto kernel, int smem) -> const char* {
+  auto run = [&](auto kernel, int smem, int threads) -> const char* {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
       return "cudaFuncSetAttribute (shared memory) failed";
     }
-    kernel<<<grid, kThreads, smem, stream>>>(mq, mk, mv, a);
+    kernel<<<grid, threads, smem, stream>>>(mq, mk, mv, a);
     return nullptr;
   };
-  if (d == 64) {
-    return pb.f16 ? run(attention_hopper_kernel<__half, 64>, Geometry<64>::kSmemBytes)
-                  : run(attention_hopper_kernel<__nv_bfloat16, 64>, Geometry<64>::kSmemBytes);
+  if (d == 64 && pb.consumers == 3) {
+    using G = Geometry<64, 3>;
+    return pb.f16 ? run(attention_hopper_kernel<__half, 64, 3>, G::kSmemBytes, G::kThreads)
+                  : run(attention_hopper_kernel<__nv_bfloat16, 64, 3>, G::kSmemBytes, G::kThreads);
   }
-  return pb.f16 ? run(attention_hopper_kernel<__half, 128>, Geometry<128>::kSmemBytes)
-                : run(attention_hopper_kernel<__nv_bfloat16, 128>, Geometry<128>::kSmemBytes);
+  if (d == 64) {
+    return pb.f16 ? run(attention_hopper_kernel<__half, 64>, Geometry<64>::kSmemBytes, kThreads)
+                  : run(attention_hopper_kernel<__nv_bfloat16, 64>, Geometry<64>::kSmemBytes,
+                        kThreads);
+  }
+  return pb.f16 ? run(attention_hopper_kernel<__half, 128>, Geometry<128>::kSmemBytes, kThreads)
+                : run(attention_hopper_kernel<__nv_bfloat16, 128>, Geometry<128>::kSmemBytes,
+                      kThreads);
 }
 
 }  // namespace h3::ops::cuda::hopper
