@@ -324,8 +324,12 @@ TEST(CudaFusion, SwigluFp8EqualsSwigluThenQuantize) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(dt));
     const Tensor u = to_gpu(Tensor::from_f32(v, {1, m, 2 * f}, dt));
-    ASSERT_TRUE(ops::cuda::swiglu_fp8_fused(u, ops::Fp8ActScaling::kPerToken));
-    const ops::Fp8Activation fused = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
+    ops::Fp8Activation fused;
+    {
+      ScopedEnv on("H3_FUSE_FP8_SWIGLU", "1");
+      ASSERT_TRUE(ops::cuda::swiglu_fp8_fused(u, ops::Fp8ActScaling::kPerToken));
+      fused = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
+    }
     ops::Fp8Activation plain;
     {
       ScopedEnv off("H3_FUSE_FP8_SWIGLU", "0");
@@ -346,7 +350,8 @@ TEST(CudaFusion, SwigluFp8EqualsSwigluThenQuantize) {
 // The DiT block's modulated rows straight to E4M3 against rms_norm_modulate then
 // quantize_activation_fp8: the same bytes and scales for 16-bit and float32 rows (1,032 columns,
 // not a multiple of a warp's 256; a row with a NaN, one with an outlier), with the switch off the
-// composition itself, and a bad table index refused as rms_norm_modulate refuses it.
+// composition itself (the fused kernel is opt-in: H3_FUSE_FP8_NORM_MODULATE=1), and a bad table
+// index refused as rms_norm_modulate refuses it.
 TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
   H3_REQUIRE_CUDA();
   const int64_t m = 45, c = 1032, tables = 3;
@@ -363,10 +368,13 @@ TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
     const Tensor w = to_gpu(randn({c}, dt, 52));
     const Tensor sc = to_gpu(randn({tables, c}, dt, 53));
     const Tensor sh = to_gpu(randn({tables, c}, dt, 54));
-    ASSERT_TRUE(
-        ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, ops::Fp8ActScaling::kPerToken));
-    const ops::Fp8Activation fused =
-        ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, ops::Fp8ActScaling::kPerToken);
+    ops::Fp8Activation fused;
+    {
+      ScopedEnv on("H3_FUSE_FP8_NORM_MODULATE", "1");
+      ASSERT_TRUE(
+          ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, ops::Fp8ActScaling::kPerToken));
+      fused = ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, ops::Fp8ActScaling::kPerToken);
+    }
     const ops::Fp8Activation composed = ops::quantize_activation_fp8(
         ops::rms_norm_modulate(x, &w, 1e-6f, sc, sh, idx), ops::Fp8ActScaling::kPerToken);
     ops::Fp8Activation off;

@@ -49,6 +49,9 @@ Tensor as_dtype(const Tensor& t, DType dtype);
 // `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS",
 // "FP8_BIAS", "FP8_QUANT_VEC", "CONV1D_GEMM".
 bool fusion_enabled(const char* name);
+// A fusion that is off until H3_FUSE_<NAME>=1 (and H3_FUSED is not 0): kernels not yet measured on
+// the GPU this project is benchmarked on.
+bool fusion_opted_in(const char* name);
 
 // Whether t can be read and written eight values at a time (ld8/st8 in elementwise_util.cuh): a
 // contiguous f32, bf16 or f16 tensor at a 16-byte aligned address. The callers also need every

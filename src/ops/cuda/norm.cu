@@ -549,7 +549,7 @@ bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Te
                                  const Tensor& shift, Fp8ActScaling act) {
   return act == Fp8ActScaling::kPerToken && x.dim() == 2 && x.size(1) % 8 == 0 && vec8_ok(x) &&
          (!weight || vec8_ok(*weight)) && vec8_ok(scale) && vec8_ok(shift) &&
-         fusion_enabled("RMSNORM_MODULATE") && fusion_enabled("FP8_NORM_MODULATE");
+         fusion_enabled("RMSNORM_MODULATE") && fusion_opted_in("FP8_NORM_MODULATE");
 }
 
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
