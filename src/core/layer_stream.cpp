@@ -1,7 +1,12 @@
 #include "core/layer_stream.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "core/status.h"
 
@@ -24,8 +29,80 @@ uint64_t layer_packed_bytes(const std::vector<uint64_t>& tensor_bytes) {
 
 uint64_t pinned_layer_bytes_live() { return g_pinned_live.load(); }
 
+namespace {
+
+// One piece of a pin_layers() copy: `count` elements of `src` from element `first`, converted into
+// `dst` (the element's place in the layer's pinned buffer).
+struct PinCopy {
+  const Tensor* src;
+  uint8_t* dst;
+  int64_t first, count;
+};
+
+// Pieces of about this many destination bytes: small enough that the threads share even a
+// single large tensor, large enough that each read-ahead request is one long read.
+constexpr size_t kPinPieceBytes = size_t{8} << 20;
+
+// Threads that read the checkpoint into pinned memory. The sources are usually mmap views of a
+// file that is not in the page cache (a host whose RAM cannot hold every component's file): one
+// thread faulting pages in one after the other reads it at a fraction of what the disk gives, so
+// several read different places at once.
+int pin_threads(size_t pieces) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::min<size_t>(pieces, std::min(hw, 8u)));
+}
+
+// Asks the kernel to start reading a piece's source pages (a no-op for memory that is not a file
+// mapping): the copy then waits on one large read instead of a fault per read-ahead window.
+void will_need(const void* p, size_t bytes) {
+  const uintptr_t page = 4096;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) + bytes;
+  ::madvise(reinterpret_cast<void*>(a), static_cast<size_t>(b - a), MADV_WILLNEED);
+}
+
+void run_pin_copies(const std::vector<PinCopy>& pieces, DType dtype) {
+  const size_t es = dtype_size(dtype);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (size_t i = next++; i < pieces.size() && !failed; i = next++) {
+      const PinCopy& c = pieces[i];
+      try {
+        const size_t ses = dtype_size(c.src->dtype());
+        const auto* from = static_cast<const uint8_t*>(c.src->raw()) + c.first * ses;
+        will_need(from, static_cast<size_t>(c.count) * ses);
+        convert_elements(from, c.src->dtype(), c.dst + c.first * es, dtype,
+                         static_cast<size_t>(c.count));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const int n = pin_threads(pieces.size());
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
 void pin_layers(const std::vector<std::vector<Tensor*>>& layers, DType dtype,
                 const std::string& what, int64_t first_index) {
+  // All buffers first (on this thread, where the CUDA device is current), then the copies over
+  // several threads, then the tensors replaced: an error on the way leaves every tensor as it was
+  // and frees what was pinned.
+  std::vector<std::vector<Tensor>> dst(layers.size());
+  std::vector<std::vector<Tensor>> src(layers.size());
+  std::vector<PinCopy> pieces;
+  const size_t es = dtype_size(dtype);
+  const int64_t piece_elems = static_cast<int64_t>(std::max<size_t>(1, kPinPieceBytes / es));
   for (size_t li = 0; li < layers.size(); ++li) {
     const std::vector<Tensor*>& list = layers[li];
     const int64_t i = first_index + static_cast<int64_t>(li);
@@ -38,7 +115,7 @@ void pin_layers(const std::vector<std::vector<Tensor*>>& layers, DType dtype,
                ": a weight tensor is missing, cannot place it in host memory");
       total = align_up(total);
       offsets.push_back(total);
-      total += static_cast<size_t>(t->numel()) * dtype_size(dtype);
+      total += static_cast<size_t>(t->numel()) * es;
     }
     const size_t bytes = std::max<size_t>(total, 1);
     void* p = cuda_host_alloc(bytes);
@@ -48,14 +125,21 @@ void pin_layers(const std::vector<std::vector<Tensor*>>& layers, DType dtype,
       cuda_host_free(q);
       g_pinned_live -= bytes;
     });
+    src[li].reserve(list.size());  // the pieces point into it
     for (size_t k = 0; k < list.size(); ++k) {
-      Tensor& t = *list[k];
-      Tensor dst = Tensor::borrow(static_cast<uint8_t*>(p) + offsets[k], t.shape(), dtype,
-                                  Device::cpu(), owner);
+      const Tensor& t = *list[k];
+      auto* at = static_cast<uint8_t*>(p) + offsets[k];
+      dst[li].push_back(Tensor::borrow(at, t.shape(), dtype, Device::cpu(), owner));
       // The source is normally the checkpoint's mmap view: read once, converted on the way.
-      dst.copy_from(t.device().is_cpu() ? t : t.to(Device::cpu()));
-      t = std::move(dst);
+      src[li].push_back(t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()));
+      const Tensor* from = &src[li].back();
+      for (int64_t e = 0; e < t.numel(); e += piece_elems)
+        pieces.push_back({from, at, e, std::min(piece_elems, t.numel() - e)});
     }
+  }
+  run_pin_copies(pieces, dtype);
+  for (size_t li = 0; li < layers.size(); ++li) {
+    for (size_t k = 0; k < layers[li].size(); ++k) *layers[li][k] = std::move(dst[li][k]);
   }
 }
 

@@ -48,7 +48,8 @@ uint64_t layer_packed_bytes(const std::vector<uint64_t>& tensor_bytes);
 
 // Replaces the tensors of each layer by views into one pinned host buffer per layer (CPU tensors
 // over page-locked memory, freed with the last view), converted to `dtype` on the host on the way.
-// The sources may be borrowed mmap views of a checkpoint: they are read once, never copied twice.
+// The sources may be borrowed mmap views of a checkpoint: they are read once, never copied twice,
+// by several threads at once (a file that is not in the page cache is read at the disk's speed).
 // `what` and `first_index` name a layer in errors (layers[i] is "<what> <first_index + i>").
 // Needs CUDA (pinned memory); throws kUnsupported otherwise. Every listed tensor must be defined.
 void pin_layers(const std::vector<std::vector<Tensor*>>& layers, DType dtype,

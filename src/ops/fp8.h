@@ -88,14 +88,13 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
 // projection when that projection is FP8 and nothing else reads the product. On CUDA, for 16-bit
 // u quantized per token, one kernel holds each row's products (rounded to u's dtype, as swiglu
 // stores them) in shared memory until the row's amax is known, so the product never goes
-// through global memory (opt-in until measured on the GPU: H3_FUSE_FP8_SWIGLU=1).
+// through global memory (H3_FUSE_FP8_SWIGLU=0: the two ops).
 Fp8Activation swiglu_fp8(const Tensor& u, Fp8ActScaling act);
 
 // quantize_activation_fp8(rms_norm_modulate(x, weight, eps, scale, shift, idx), act), the same
 // bits: a DiT block's modulated rows when only FP8 projections read them. On CUDA, per token, one
 // kernel forms each row's values twice (for the row's amax, then for the E4M3 bytes) instead of
-// writing the 16-bit rows and reading them back (opt-in until measured on the GPU:
-// H3_FUSE_FP8_NORM_MODULATE=1).
+// writing the 16-bit rows and reading them back (H3_FUSE_FP8_NORM_MODULATE=0: the two ops).
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
                                     const Tensor& scale, const Tensor& shift, const Tensor& idx,
                                     Fp8ActScaling act);

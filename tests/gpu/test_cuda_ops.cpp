@@ -350,7 +350,7 @@ TEST(CudaFusion, SwigluFp8EqualsSwigluThenQuantize) {
 // The DiT block's modulated rows straight to E4M3 against rms_norm_modulate then
 // quantize_activation_fp8: the same bytes and scales for 16-bit and float32 rows (1,032 columns,
 // not a multiple of a warp's 256; a row with a NaN, one with an outlier), with the switch off the
-// composition itself (the fused kernel is opt-in: H3_FUSE_FP8_NORM_MODULATE=1), and a bad table
+// composition itself (H3_FUSE_FP8_NORM_MODULATE=0), and a bad table
 // index refused as rms_norm_modulate refuses it.
 TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
   H3_REQUIRE_CUDA();

@@ -226,7 +226,8 @@ TEST(LayerStream, PinLayersPacksConvertsAndFrees) {
   std::mt19937 rng(11);
   std::vector<std::vector<Tensor>> owned = {
       {random_f32({3, 5}, rng), random_f32({7}, rng), random_f32({2, 2, 2}, rng)},
-      {random_f32({1}, rng), random_f32({65, 3}, rng)}};
+      // 4.2M values: pieces of 8 MiB (bf16), copied by several threads.
+      {random_f32({1}, rng), random_f32({65, 3}, rng), random_f32({3, 1400001}, rng)}};
   const std::vector<std::vector<Tensor>> original = owned;
   std::vector<std::vector<Tensor*>> lists;
   for (auto& l : owned) {

@@ -47,11 +47,8 @@ Tensor as_dtype(const Tensor& t, DType dtype);
 // Fusion switches (h3.c's habit: every fused kernel can be turned off to bisect a regression).
 // H3_FUSED=0 turns every fusion off; H3_FUSE_<NAME>=0 turns one off, e.g. H3_FUSE_QKNORM_ROPE=0.
 // `name` is the suffix: "QKNORM_ROPE", "RMSNORM_MODULATE", "SWIGLU", "GATED_RESIDUAL", "GEMM_BIAS",
-// "FP8_BIAS", "FP8_QUANT_VEC", "CONV1D_GEMM".
+// "FP8_BIAS", "FP8_QUANT_VEC", "CONV1D_GEMM", "FP8_SWIGLU", "FP8_NORM_MODULATE".
 bool fusion_enabled(const char* name);
-// A fusion that is off until H3_FUSE_<NAME>=1 (and H3_FUSED is not 0): kernels not yet measured on
-// the GPU this project is benchmarked on.
-bool fusion_opted_in(const char* name);
 
 // Whether t can be read and written eight values at a time (ld8/st8 in elementwise_util.cuh): a
 // contiguous f32, bf16 or f16 tensor at a 16-byte aligned address. The callers also need every

@@ -81,11 +81,4 @@ bool fusion_enabled(const char* name) {
   return !env_is_zero(var.c_str());
 }
 
-bool fusion_opted_in(const char* name) {
-  if (env_is_zero("H3_FUSED")) return false;
-  const std::string var = std::string("H3_FUSE_") + name;
-  const char* v = std::getenv(var.c_str());
-  return v && std::strcmp(v, "1") == 0;
-}
-
 }  // namespace h3::ops::cuda

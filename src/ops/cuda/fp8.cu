@@ -350,7 +350,7 @@ bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act) {
   if (u.dim() < 1 || u.size(-1) % 16 != 0 || !u.is_contiguous()) return false;
   const int64_t f = u.size(-1) / 2;
   return f > 0 && f * 2 <= kSwigluFp8MaxSmem && reinterpret_cast<uintptr_t>(u.raw()) % 16 == 0 &&
-         fusion_enabled("SWIGLU") && fusion_opted_in("FP8_SWIGLU");
+         fusion_enabled("SWIGLU") && fusion_enabled("FP8_SWIGLU");
 }
 
 Fp8Activation swiglu_fp8(const Tensor& u_in, Fp8ActScaling act) {

@@ -20,12 +20,12 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
                                     Fp8ActScaling act);
 // Whether rms_norm_modulate_fp8 takes the one-kernel path (per token; x [S, C] with C a multiple
 // of 8 and x, the weight and the tables vec8_ok; the RMSNORM_MODULATE fusion on and
-// FP8_NORM_MODULATE opted in): the same bits either way.
+// FP8_NORM_MODULATE not turned off): the same bits either way.
 bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Tensor& scale,
                                  const Tensor& shift, Fp8ActScaling act);
 // Whether swiglu_fp8 takes the one-kernel path for u (16-bit, per token, F a multiple of 8,
 // 16-byte aligned, a row's products within the default 48 KiB of shared memory; the SWIGLU fusion
-// on and FP8_SWIGLU opted in): the same bits either way.
+// on and FP8_SWIGLU not turned off): the same bits either way.
 bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act);
 
 // `h3 bench fp8 --algos N`: cuBLASLt's first N heuristic choices for the FP8 GEMM of x and w

@@ -391,7 +391,9 @@ RowSetup row_setup(const Tensor& x_in, const Tensor* weight, const Tensor* bias,
   s.a.x = s.x.raw();
   s.a.xt = dtype_code(s.x.dtype());
   s.a.out = s.out.defined() && s.out.numel() ? s.out.raw() : nullptr;
-  s.a.ot = dtype_code(s.out.dtype());
+  // The output's dtype is x's, also where no output tensor is made: the E4M3 kernels round to it
+  // first, as the two-op path stores it.
+  s.a.ot = dtype_code(s.x.dtype());
   s.a.cols = cols;
   s.a.rows = cols ? s.x.numel() / cols : 0;
   s.a.eps = eps;
@@ -549,7 +551,7 @@ bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Te
                                  const Tensor& shift, Fp8ActScaling act) {
   return act == Fp8ActScaling::kPerToken && x.dim() == 2 && x.size(1) % 8 == 0 && vec8_ok(x) &&
          (!weight || vec8_ok(*weight)) && vec8_ok(scale) && vec8_ok(shift) &&
-         fusion_enabled("RMSNORM_MODULATE") && fusion_opted_in("FP8_NORM_MODULATE");
+         fusion_enabled("RMSNORM_MODULATE") && fusion_enabled("FP8_NORM_MODULATE");
 }
 
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
