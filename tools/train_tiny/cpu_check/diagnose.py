@@ -50,9 +50,9 @@ def cmd_x0(a, parts, log):
     zv = torch.randn((1, cv, f, h, w), generator=g)
     za = torch.randn((na * T.AUDIO_CHANNELS, int(dit.config.audio_in_channels)), generator=g)
     xv = torch.from_numpy(T.patchify_np(zv.numpy())[0])
-    sv, sa = T.Ref.Scheduler(shift=T.VIDEO_SHIFT), T.Ref.Scheduler(shift=T.AUDIO_SHIFT)
-    sv.set_timesteps(50)
-    sa.set_timesteps(50)
+    sv, sa = T.Ref.Scheduler(shift=a.video_shift), T.Ref.Scheduler(shift=T.AUDIO_SHIFT)
+    sv.set_timesteps(a.points)
+    sa.set_timesteps(a.points)
     txt = feats[a.prompt].float()[None]
     lay = layouts.get(txt.shape[1])
     keep = {int(s) for s in a.steps.split(",")}
@@ -137,6 +137,9 @@ def main(argv):
     ap.add_argument("--data", help="clip folder with heldout/ (blur, leak)")
     ap.add_argument("--prompt", default="a red circle bounces", help="x0: the prompt sampled")
     ap.add_argument("--steps", default="5,15,25,35,42,46,48", help="x0: grid steps whose predictions are decoded")
+    ap.add_argument("--video-shift", type=float, default=12.0,
+                    help="x0: the video schedule's shift (the pipeline's is 12; others show where decisions fall)")
+    ap.add_argument("--points", type=int, default=50, help="x0: grid points of the sampling")
     ap.add_argument("--clips", type=int, default=4, help="blur, leak: held-out clips used")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="diagnose.png")
