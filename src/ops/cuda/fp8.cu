@@ -325,6 +325,16 @@ Tensor fake_quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   return out;
 }
 
+Fp8Activation empty_fp8_rows(int64_t rows, int64_t cols, const Shape& shape, DType dtype,
+                             Device device) {
+  Fp8Activation out;
+  out.data = Tensor::empty({rows, cols}, DType::kF8E4M3, device);
+  out.scale = Tensor::empty({rows}, DType::kF32, device);
+  out.shape = shape;
+  out.dtype = dtype;
+  return out;
+}
+
 Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   require_cuda(x_in, "quantize_activation_fp8", "x");
   require_float(x_in, "quantize_activation_fp8", "x");
@@ -334,11 +344,7 @@ Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   const int64_t k = x.size(-1);
   int64_t m = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
-  Fp8Activation out;
-  out.data = Tensor::empty({m, k}, DType::kF8E4M3, x.device());
-  out.scale = Tensor::empty({m}, DType::kF32, x.device());
-  out.shape = x.shape();
-  out.dtype = x.dtype();
+  Fp8Activation out = empty_fp8_rows(m, k, x.shape(), x.dtype(), x.device());
   quantize_rows(x, m, k, act, static_cast<uint8_t*>(out.data.raw()),
                 static_cast<float*>(out.scale.raw()), nullptr);
   return out;
@@ -362,12 +368,9 @@ Fp8Activation swiglu_fp8(const Tensor& u_in, Fp8ActScaling act) {
   const int64_t f = u.size(-1) / 2;
   int64_t m = 1;
   for (int d = 0; d + 1 < u.dim(); ++d) m *= u.size(d);
-  Fp8Activation out;
-  out.data = Tensor::empty({m, f}, DType::kF8E4M3, u.device());
-  out.scale = Tensor::empty({m}, DType::kF32, u.device());
-  out.shape = u.shape();
-  out.shape.back() = f;
-  out.dtype = u.dtype();
+  Shape shape = u.shape();
+  shape.back() = f;
+  Fp8Activation out = empty_fp8_rows(m, f, shape, u.dtype(), u.device());
   if (m == 0) return out;
   H3_CHECK(m <= 0x7fffffff, ErrorCode::kUnsupported, "ops::swiglu_fp8: ", m,
            " rows exceed one launch");

@@ -13,6 +13,10 @@ Tensor dequantize_weight_fp8(const Fp8Weight& w, DType dtype);
 Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
 Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8ActScaling act);
 Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
+// The E4M3 rows [rows, cols] and a float32 scale per row of an activation that has `shape` and
+// `dtype` unquantized, on `device`, not yet written: what every quantizing kernel fills.
+Fp8Activation empty_fp8_rows(int64_t rows, int64_t cols, const Shape& shape, DType dtype,
+                             Device device);
 Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias);
 Fp8Activation swiglu_fp8(const Tensor& u, Fp8ActScaling act);
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,

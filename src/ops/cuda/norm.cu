@@ -564,11 +564,7 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
   ModulateSetup m =
       modulate_setup(x, weight, eps, scale_t, shift_t, idx_in, "rms_norm_modulate_fp8", false);
   RowSetup& s = m.s;
-  Fp8Activation out;
-  out.data = Tensor::empty({s.a.rows, s.a.cols}, DType::kF8E4M3, s.x.device());
-  out.scale = Tensor::empty({s.a.rows}, DType::kF32, s.x.device());
-  out.shape = s.x.shape();
-  out.dtype = s.x.dtype();
+  Fp8Activation out = empty_fp8_rows(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device());
   if (s.a.rows == 0) return out;
   auto* q = static_cast<uint8_t*>(out.data.raw());
   auto* qs = static_cast<float*>(out.scale.raw());
