@@ -3,8 +3,9 @@
 // released names and shapes, random bf16, float32 islands as float32) of at least --size-gb, then
 // measures: the raw disk read (O_DIRECT, page cache dropped), a cold load to the GPU through
 // io/device_loader.h, a warm load (page cache hot), and the plain path it replaces (mmap view ->
-// synchronous cudaMemcpy per tensor) cold and warm, and GPUDirect Storage (io/cufile.h) cold and
-// warm where libcufile loads. Each line gives GB/s and the method.
+// synchronous cudaMemcpy per tensor) cold and warm, the streamed layers' copy into pinned host
+// memory (pin_layers) cold and warm, and GPUDirect Storage (io/cufile.h) cold and warm where
+// libcufile loads. Each line gives GB/s and the method.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -27,6 +28,7 @@
 #include "command.h"
 #include "core/cuda_stream.h"
 #include "core/device.h"
+#include "core/layer_stream.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "io/cufile.h"
@@ -286,10 +288,14 @@ int run_bench_load(const std::vector<std::string>& argv) {
       std::printf(
           "usage: h3 bench load --file PATH [--size-gb N] [--device cuda:N] [--staging-mb N]\n"
           "                     [--buffers N] [--threads N] [--rewrite]\n"
-          "       h3 bench load --component DIR [--repeat N] [--random-weights] [--device cuda:N]\n\n"
-          "Writes (or reuses) a synthetic DiT-shaped safetensors file of at least N GB (default 12)\n"
-          "and measures raw disk read, cold and warm loads to the GPU, mmap + cudaMemcpy, and\n"
-          "GPUDirect Storage (cuFile) cold and warm where libcufile loads.\n"
+          "       h3 bench load --component DIR [--repeat N] [--random-weights] [--device "
+          "cuda:N]\n\n"
+          "Writes (or reuses) a synthetic DiT-shaped safetensors file of at least N GB (default "
+          "12)\n"
+          "and measures raw disk read, cold and warm loads to the GPU, mmap + cudaMemcpy, the\n"
+          "streamed layers' copy into pinned host memory (cold on 1 thread and on the default\n"
+          "count, H3_PIN_THREADS; warm), and GPUDirect Storage (cuFile) cold and warm where\n"
+          "libcufile loads.\n"
           "--component loads a repository's vae/ or audio_vae/ folder as a generation does\n"
           "(decoder only) from the page cache N times (default 5): ms, GB/s and the phases.\n");
       return 0;
@@ -407,6 +413,48 @@ int run_bench_load(const std::vector<std::string>& argv) {
     mmap_run("cold mmap -> cudaMemcpy", cold_note(cached));
   }
   mmap_run("warm mmap -> cudaMemcpy", "");
+  // The streamed layers' path (core/layer_stream.h): the file's bf16 tensors, block by block,
+  // into one pinned host buffer per block, on one thread and on the default count of threads;
+  // each run's buffers are freed before the next.
+  auto pin_run = [&](const char* label, int threads, const std::string& note) {
+    std::vector<std::vector<h3::Tensor>> blocks;
+    std::string current;
+    for (const auto& it : items) {
+      h3::Tensor t = ck.tensor(it.name);
+      if (t.dtype() != h3::DType::kBF16) continue;
+      const size_t dot = it.name.find('.', it.name.find('.') + 1);
+      const std::string block = it.name.substr(0, dot);
+      if (blocks.empty() || block != current) blocks.emplace_back();
+      current = block;
+      blocks.back().push_back(std::move(t));
+    }
+    std::vector<std::vector<h3::Tensor*>> lists;
+    uint64_t pinned = 0;
+    for (auto& b : blocks) {
+      lists.emplace_back();
+      for (h3::Tensor& t : b) {
+        lists.back().push_back(&t);
+        pinned += t.nbytes();
+      }
+    }
+    const std::string n = std::to_string(threads);
+    if (threads > 0) ::setenv("H3_PIN_THREADS", n.c_str(), 1);
+    const auto t0 = Clock::now();
+    h3::pin_layers(lists, h3::DType::kBF16, "bench block");
+    const double s = seconds_since(t0);
+    ::unsetenv("H3_PIN_THREADS");
+    line(label, pinned, s, threads > 0 ? "pin_layers, " + n + " thread(s)" : "pin_layers, default",
+         note.c_str());
+  };
+  {
+    const double cached = drop_cache(a.file, &global);
+    pin_run("cold pin to host, 1 thread", 1, cold_note(cached));
+  }
+  {
+    const double cached = drop_cache(a.file, &global);
+    pin_run("cold pin to host", 0, cold_note(cached));
+  }
+  pin_run("warm pin to host", 0, "");
   const h3::io::CufileInfo& cf = h3::io::cufile_probe(dev.index);
   if (cf.available) {
     const std::string note = "(" + cf.reason + ")";

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -47,9 +48,15 @@ constexpr size_t kPinPieceBytes = size_t{8} << 20;
 // file that is not in the page cache (a host whose RAM cannot hold every component's file): one
 // thread faulting pages in one after the other reads it at a fraction of what the disk gives, so
 // several read different places at once.
+// H3_PIN_THREADS=N (1-64) sets the count, for the load benchmark's comparison.
 int pin_threads(size_t pieces) {
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int>(std::min<size_t>(pieces, std::min(hw, 8u)));
+  size_t n = std::min(hw, 8u);
+  if (const char* v = std::getenv("H3_PIN_THREADS")) {
+    const long e = std::strtol(v, nullptr, 10);
+    if (e >= 1 && e <= 64) n = static_cast<size_t>(e);
+  }
+  return static_cast<int>(std::max<size_t>(1, std::min(pieces, n)));
 }
 
 // Asks the kernel to start reading a piece's source pages (a no-op for memory that is not a file
