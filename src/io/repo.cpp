@@ -1,5 +1,6 @@
 #include "io/repo.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -154,6 +155,65 @@ bool config_bool_or(const nlohmann::json& config, const std::string& field, cons
   H3_CHECK(v->is_boolean(), ErrorCode::kInvalidFile, file, ": field '", field,
            "' must be true or false, got ", v->dump());
   return v->get<bool>();
+}
+
+int64_t config_int_in_or(const nlohmann::json& config, const std::string& field,
+                         const std::string& file, int64_t fallback, int64_t min_value,
+                         int64_t max_value) {
+  const nlohmann::json* v = find_field(config, field);
+  if (v == nullptr || v->is_null()) return fallback;
+  const int64_t x = as_int(*v, field, file);
+  H3_CHECK(x >= min_value && x <= max_value, ErrorCode::kInvalidFile, file, ": field '", field,
+           "' must be an integer in [", min_value, ", ", max_value, "], got ", x);
+  return x;
+}
+
+double config_positive_or(const nlohmann::json& config, const std::string& field,
+                          const std::string& file, double fallback) {
+  const nlohmann::json* v = find_field(config, field);
+  if (v == nullptr || v->is_null()) return fallback;
+  H3_CHECK(v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() > 0,
+           ErrorCode::kInvalidFile, file, ": field '", field,
+           "' must be a positive finite number, got ", v->dump());
+  return v->get<double>();
+}
+
+std::vector<int64_t> config_int_list_in(const nlohmann::json& value, const std::string& field,
+                                        const std::string& file, int64_t min_value,
+                                        int64_t max_value) {
+  H3_CHECK(value.is_array() && !value.empty(), ErrorCode::kInvalidFile, file, ": field '", field,
+           "' must be a non-empty list of integers, got ", value.dump());
+  std::vector<int64_t> out;
+  for (const auto& e : value) {
+    const int64_t x = as_int(e, field, file);
+    H3_CHECK(x >= min_value && x <= max_value, ErrorCode::kInvalidFile, file, ": field '", field,
+             "' must hold integers in [", min_value, ", ", max_value, "], got ", value.dump());
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<int64_t> config_int_list_in_or(const nlohmann::json& config, const std::string& field,
+                                           const std::string& file, std::vector<int64_t> fallback,
+                                           int64_t min_value, int64_t max_value) {
+  const nlohmann::json* v = find_field(config, field);
+  if (v == nullptr || v->is_null()) return fallback;
+  return config_int_list_in(*v, field, file, min_value, max_value);
+}
+
+std::vector<float> config_float_list_or(const nlohmann::json& config, const std::string& field,
+                                        const std::string& file, std::vector<float> fallback) {
+  const nlohmann::json* v = find_field(config, field);
+  if (v == nullptr || v->is_null()) return fallback;
+  H3_CHECK(v->is_array(), ErrorCode::kInvalidFile, file, ": field '", field,
+           "' must be a list of numbers or null, got ", v->dump());
+  std::vector<float> out;
+  for (const auto& e : *v) {
+    H3_CHECK(e.is_number() && std::isfinite(e.get<double>()), ErrorCode::kInvalidFile, file,
+             ": field '", field, "' must hold finite numbers");
+    out.push_back(static_cast<float>(e.get<double>()));
+  }
+  return out;
 }
 
 // ---- per-kind validation -----------------------------------------------------------------------

@@ -114,5 +114,22 @@ int64_t config_int_or(const nlohmann::json& config, const std::string& field,
                       const std::string& file, int64_t fallback);
 bool config_bool_or(const nlohmann::json& config, const std::string& field, const std::string& file,
                     bool fallback);
+// Bounded forms for component configs whose absent or null fields take the class's default:
+// an integer in [min_value, max_value]; a positive finite number; a non-empty list of integers in
+// [min_value, max_value] (the `_value` form reads a list nested inside a field); a list of finite
+// numbers as float32 (torch.tensor(list) is float32: the values the reference multiplies with).
+int64_t config_int_in_or(const nlohmann::json& config, const std::string& field,
+                         const std::string& file, int64_t fallback, int64_t min_value,
+                         int64_t max_value);
+double config_positive_or(const nlohmann::json& config, const std::string& field,
+                          const std::string& file, double fallback);
+std::vector<int64_t> config_int_list_in(const nlohmann::json& value, const std::string& field,
+                                        const std::string& file, int64_t min_value,
+                                        int64_t max_value);
+std::vector<int64_t> config_int_list_in_or(const nlohmann::json& config, const std::string& field,
+                                           const std::string& file, std::vector<int64_t> fallback,
+                                           int64_t min_value, int64_t max_value);
+std::vector<float> config_float_list_or(const nlohmann::json& config, const std::string& field,
+                                        const std::string& file, std::vector<float> fallback);
 
 }  // namespace h3::io

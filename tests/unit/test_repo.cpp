@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
@@ -325,6 +326,62 @@ TEST(Repo, ConfigFieldHelpers) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("x.json: missing required field 'b.d'"), std::string::npos)
         << e.what();
+  }
+}
+
+// The bounded optional readers the VAE configs use: absent or null gives the fallback, values
+// outside the bounds, empty lists and non-finite numbers are refused naming the file and field.
+TEST(Repo, BoundedOptionalConfigFields) {
+  const nlohmann::json j = {{"k", 4},
+                            {"zero", 0},
+                            {"big", 1 << 21},
+                            {"eps", 1e-6},
+                            {"neg", -1.0},
+                            {"list", {2, 2, 1}},
+                            {"empty", nlohmann::json::array()},
+                            {"bad", {1, 0}},
+                            {"nested", {{1, 3}, {5}}},
+                            {"floats", {0.5, -1.25}},
+                            {"strings", {"a"}},
+                            {"n", nullptr}};
+  EXPECT_EQ(io::config_int_in_or(j, "k", "x.json", 9, 1, 1 << 20), 4);
+  EXPECT_EQ(io::config_int_in_or(j, "zero", "x.json", 9, 0, 8), 0);
+  EXPECT_EQ(io::config_int_in_or(j, "missing", "x.json", 9, 1, 8), 9);
+  EXPECT_EQ(io::config_int_in_or(j, "n", "x.json", 9, 1, 8), 9);
+  EXPECT_DOUBLE_EQ(io::config_positive_or(j, "eps", "x.json", 1.0), 1e-6);
+  EXPECT_DOUBLE_EQ(io::config_positive_or(j, "n", "x.json", 1.0), 1.0);
+  EXPECT_EQ(io::config_int_list_in_or(j, "list", "x.json", {7}, 1, 2),
+            (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(io::config_int_list_in_or(j, "n", "x.json", {7}, 1, 2), (std::vector<int64_t>{7}));
+  EXPECT_EQ(io::config_int_list_in(j["nested"][1], "nested", "x.json", 1, 8),
+            (std::vector<int64_t>{5}));
+  EXPECT_EQ(io::config_float_list_or(j, "floats", "x.json", {}),
+            (std::vector<float>{0.5f, -1.25f}));
+  EXPECT_EQ(io::config_float_list_or(j, "n", "x.json", {3.0f}), (std::vector<float>{3.0f}));
+  const std::vector<std::pair<std::function<void()>, std::string>> refused = {
+      {[&] { io::config_int_in_or(j, "zero", "x.json", 9, 1, 8); },
+       "field 'zero' must be an integer in [1, 8]"},
+      {[&] { io::config_int_in_or(j, "big", "x.json", 9, 1, 1 << 20); },
+       "field 'big' must be an integer in"},
+      {[&] { io::config_positive_or(j, "neg", "x.json", 1.0); },
+       "field 'neg' must be a positive finite number"},
+      {[&] { io::config_int_list_in_or(j, "empty", "x.json", {}, 1, 8); },
+       "field 'empty' must be a non-empty list"},
+      {[&] { io::config_int_list_in_or(j, "bad", "x.json", {}, 1, 8); },
+       "field 'bad' must hold integers in [1, 8]"},
+      {[&] { io::config_float_list_or(j, "strings", "x.json", {}); },
+       "field 'strings' must hold finite numbers"},
+      {[&] { io::config_float_list_or(j, "k", "x.json", {}); },
+       "field 'k' must be a list of numbers"},
+  };
+  for (const auto& [call, want] : refused) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted; expected: " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidFile);
+      EXPECT_NE(e.message().find("x.json: " + want), std::string::npos) << e.what();
+    }
   }
 }
 

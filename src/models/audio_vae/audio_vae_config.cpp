@@ -12,54 +12,6 @@ namespace {
 
 constexpr int64_t kMaxField = int64_t{1} << 20;
 
-int64_t int_field(const nlohmann::json& j, const char* name, const std::string& label,
-                  int64_t fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_number_integer(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be an integer, got ", it->dump());
-  const int64_t v = it->get<int64_t>();
-  H3_CHECK(v >= 1 && v <= kMaxField, ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be an integer in [1, 2^20], got ", v);
-  return v;
-}
-
-std::vector<int64_t> int_list(const nlohmann::json& v, const char* name, const std::string& label) {
-  H3_CHECK(v.is_array() && !v.empty(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a non-empty list of positive integers, got ", v.dump());
-  std::vector<int64_t> out;
-  for (const auto& e : v) {
-    H3_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1 && e.get<int64_t>() <= kMaxField,
-             ErrorCode::kInvalidFile, label, ": field '", name,
-             "' must hold positive integers, got ", v.dump());
-    out.push_back(e.get<int64_t>());
-  }
-  return out;
-}
-
-std::vector<int64_t> int_list_field(const nlohmann::json& j, const char* name,
-                                    const std::string& label, std::vector<int64_t> fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  return int_list(*it, name, label);
-}
-
-std::vector<float> float_list_field(const nlohmann::json& j, const char* name,
-                                    const std::string& label, std::vector<float> fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_array(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a list of numbers or null, got ", it->dump());
-  std::vector<float> out;
-  for (const auto& e : *it) {
-    H3_CHECK(e.is_number() && std::isfinite(e.get<double>()), ErrorCode::kInvalidFile, label,
-             ": field '", name, "' must hold finite numbers");
-    // torch.tensor(list) is float32: the values the pipeline multiplies with (§3.1).
-    out.push_back(static_cast<float>(e.get<double>()));
-  }
-  return out;
-}
-
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
@@ -145,27 +97,34 @@ AudioVaeConfig AudioVaeConfig::from_json(const nlohmann::json& j, const std::str
              ": _class_name must be \"AutoencoderKLMiniMaxH3Audio\", got ", it->dump());
   }
   AudioVaeConfig c;
-  c.sampling_rate = int_field(j, "sampling_rate", label, c.sampling_rate);
-  c.encoder_dim = int_field(j, "encoder_dim", label, c.encoder_dim);
-  c.encoder_rates = int_list_field(j, "encoder_rates", label, c.encoder_rates);
-  c.latent_dim = int_field(j, "latent_dim", label, c.latent_dim);
-  c.latent_channels = int_field(j, "latent_channels", label, c.latent_channels);
-  c.num_attention_heads = int_field(j, "num_attention_heads", label, c.num_attention_heads);
-  c.decoder_dim = int_field(j, "decoder_dim", label, c.decoder_dim);
-  c.decoder_rates = int_list_field(j, "decoder_rates", label, c.decoder_rates);
-  c.decoder_kernel_sizes = int_list_field(j, "decoder_kernel_sizes", label, c.decoder_kernel_sizes);
-  c.resblock_kernel_sizes =
-      int_list_field(j, "resblock_kernel_sizes", label, c.resblock_kernel_sizes);
+  c.sampling_rate = io::config_int_in_or(j, "sampling_rate", label, c.sampling_rate, 1, kMaxField);
+  c.encoder_dim = io::config_int_in_or(j, "encoder_dim", label, c.encoder_dim, 1, kMaxField);
+  c.encoder_rates =
+      io::config_int_list_in_or(j, "encoder_rates", label, c.encoder_rates, 1, kMaxField);
+  c.latent_dim = io::config_int_in_or(j, "latent_dim", label, c.latent_dim, 1, kMaxField);
+  c.latent_channels =
+      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, kMaxField);
+  c.num_attention_heads =
+      io::config_int_in_or(j, "num_attention_heads", label, c.num_attention_heads, 1, kMaxField);
+  c.decoder_dim = io::config_int_in_or(j, "decoder_dim", label, c.decoder_dim, 1, kMaxField);
+  c.decoder_rates =
+      io::config_int_list_in_or(j, "decoder_rates", label, c.decoder_rates, 1, kMaxField);
+  c.decoder_kernel_sizes = io::config_int_list_in_or(j, "decoder_kernel_sizes", label,
+                                                     c.decoder_kernel_sizes, 1, kMaxField);
+  c.resblock_kernel_sizes = io::config_int_list_in_or(j, "resblock_kernel_sizes", label,
+                                                      c.resblock_kernel_sizes, 1, kMaxField);
   if (auto it = j.find("resblock_dilation_sizes"); it != j.end() && !it->is_null()) {
     H3_CHECK(it->is_array() && !it->empty(), ErrorCode::kInvalidFile, label,
              ": field 'resblock_dilation_sizes' must be a non-empty list of lists, got ",
              it->dump());
     c.resblock_dilation_sizes.clear();
-    for (const auto& e : *it) c.resblock_dilation_sizes.push_back(int_list(e, "resblock_dilation_sizes", label));
+    for (const auto& e : *it)
+      c.resblock_dilation_sizes.push_back(
+          io::config_int_list_in(e, "resblock_dilation_sizes", label, 1, kMaxField));
   }
   const size_t lc = static_cast<size_t>(c.latent_channels);
-  c.latents_mean = float_list_field(j, "latents_mean", label, std::vector<float>(lc, 0.0f));
-  c.latents_std = float_list_field(j, "latents_std", label, std::vector<float>(lc, 1.0f));
+  c.latents_mean = io::config_float_list_or(j, "latents_mean", label, std::vector<float>(lc, 0.0f));
+  c.latents_std = io::config_float_list_or(j, "latents_std", label, std::vector<float>(lc, 1.0f));
   c.validate(label);
   return c;
 }

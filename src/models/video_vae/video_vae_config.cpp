@@ -11,61 +11,7 @@
 namespace h3::video_vae {
 namespace {
 
-int64_t int_field(const nlohmann::json& j, const char* name, const std::string& label,
-                  int64_t fallback, int64_t min_value) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_number_integer(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be an integer, got ", it->dump());
-  const int64_t v = it->get<int64_t>();
-  H3_CHECK(v >= min_value && v <= (int64_t{1} << 20), ErrorCode::kInvalidFile, label, ": field '",
-           name, "' must be an integer in [", min_value, ", 2^20], got ", v);
-  return v;
-}
-
-double number_field(const nlohmann::json& j, const char* name, const std::string& label,
-                    double fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_number(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a number, got ", it->dump());
-  const double v = it->get<double>();
-  H3_CHECK(std::isfinite(v) && v > 0, ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a positive finite number, got ", it->dump());
-  return v;
-}
-
-std::vector<int64_t> int_list_field(const nlohmann::json& j, const char* name,
-                                    const std::string& label, std::vector<int64_t> fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_array() && !it->empty(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a non-empty list of integers, got ", it->dump());
-  std::vector<int64_t> out;
-  for (const auto& e : *it) {
-    H3_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1 && e.get<int64_t>() <= (1 << 20),
-             ErrorCode::kInvalidFile, label, ": field '", name,
-             "' must hold positive integers, got ", it->dump());
-    out.push_back(e.get<int64_t>());
-  }
-  return out;
-}
-
-std::vector<float> float_list_field(const nlohmann::json& j, const char* name,
-                                    const std::string& label, std::vector<float> fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  H3_CHECK(it->is_array(), ErrorCode::kInvalidFile, label, ": field '", name,
-           "' must be a list of numbers, got ", it->dump());
-  std::vector<float> out;
-  for (const auto& e : *it) {
-    H3_CHECK(e.is_number() && std::isfinite(e.get<double>()), ErrorCode::kInvalidFile, label,
-             ": field '", name, "' must hold finite numbers");
-    // torch.tensor(list) makes float32: the values the reference multiplies with (§2.2).
-    out.push_back(static_cast<float>(e.get<double>()));
-  }
-  return out;
-}
+constexpr int64_t kMaxField = int64_t{1} << 20;
 
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -162,17 +108,21 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json& j, const std::str
              ": _class_name must be \"AutoencoderKLMiniMaxH3\", got ", it->dump());
   }
   VideoVaeConfig c;
-  c.in_channels = int_field(j, "in_channels", label, c.in_channels, 1);
-  c.out_channels = int_field(j, "out_channels", label, c.out_channels, 1);
-  c.latent_channels = int_field(j, "latent_channels", label, c.latent_channels, 1);
-  c.block_out_channels = int_list_field(j, "block_out_channels", label, c.block_out_channels);
-  c.layers_per_block = int_field(j, "layers_per_block", label, c.layers_per_block, 1);
-  c.spatial_downsample_factors =
-      int_list_field(j, "spatial_downsample_factors", label, c.spatial_downsample_factors);
-  c.temporal_downsample_factors =
-      int_list_field(j, "temporal_downsample_factors", label, c.temporal_downsample_factors);
-  c.norm_num_groups = int_field(j, "norm_num_groups", label, c.norm_num_groups, 1);
-  c.norm_eps = number_field(j, "norm_eps", label, c.norm_eps);
+  c.in_channels = io::config_int_in_or(j, "in_channels", label, c.in_channels, 1, kMaxField);
+  c.out_channels = io::config_int_in_or(j, "out_channels", label, c.out_channels, 1, kMaxField);
+  c.latent_channels =
+      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, kMaxField);
+  c.block_out_channels =
+      io::config_int_list_in_or(j, "block_out_channels", label, c.block_out_channels, 1, kMaxField);
+  c.layers_per_block =
+      io::config_int_in_or(j, "layers_per_block", label, c.layers_per_block, 1, kMaxField);
+  c.spatial_downsample_factors = io::config_int_list_in_or(
+      j, "spatial_downsample_factors", label, c.spatial_downsample_factors, 1, kMaxField);
+  c.temporal_downsample_factors = io::config_int_list_in_or(
+      j, "temporal_downsample_factors", label, c.temporal_downsample_factors, 1, kMaxField);
+  c.norm_num_groups =
+      io::config_int_in_or(j, "norm_num_groups", label, c.norm_num_groups, 1, kMaxField);
+  c.norm_eps = io::config_positive_or(j, "norm_eps", label, c.norm_eps);
   if (auto it = j.find("spatial_padding_mode"); it != j.end() && !it->is_null()) {
     const std::string m = it->is_string() ? it->get<std::string>() : std::string();
     if (m == "reflect") {
@@ -186,24 +136,27 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json& j, const std::str
            "\"replicate\" or \"constant\", got ", it->dump());
     }
   }
-  c.decoder_num_layers = int_field(j, "decoder_num_layers", label, c.decoder_num_layers, 0);
-  c.decoder_num_attention_heads =
-      int_field(j, "decoder_num_attention_heads", label, c.decoder_num_attention_heads, 1);
-  c.decoder_attention_head_dim =
-      int_field(j, "decoder_attention_head_dim", label, c.decoder_attention_head_dim, 1);
-  c.decoder_num_register_tokens =
-      int_field(j, "decoder_num_register_tokens", label, c.decoder_num_register_tokens, 0);
-  c.decoder_ffn_mult = int_field(j, "decoder_ffn_mult", label, c.decoder_ffn_mult, 1);
-  c.decoder_rope_theta = number_field(j, "decoder_rope_theta", label, c.decoder_rope_theta);
+  c.decoder_num_layers =
+      io::config_int_in_or(j, "decoder_num_layers", label, c.decoder_num_layers, 0, kMaxField);
+  c.decoder_num_attention_heads = io::config_int_in_or(j, "decoder_num_attention_heads", label,
+                                                       c.decoder_num_attention_heads, 1, kMaxField);
+  c.decoder_attention_head_dim = io::config_int_in_or(j, "decoder_attention_head_dim", label,
+                                                      c.decoder_attention_head_dim, 1, kMaxField);
+  c.decoder_num_register_tokens = io::config_int_in_or(j, "decoder_num_register_tokens", label,
+                                                       c.decoder_num_register_tokens, 0, kMaxField);
+  c.decoder_ffn_mult =
+      io::config_int_in_or(j, "decoder_ffn_mult", label, c.decoder_ffn_mult, 1, kMaxField);
+  c.decoder_rope_theta =
+      io::config_positive_or(j, "decoder_rope_theta", label, c.decoder_rope_theta);
   c.decoder_rope_dim_ratio =
-      number_field(j, "decoder_rope_dim_ratio", label, c.decoder_rope_dim_ratio);
-  c.decoder_norm_eps = number_field(j, "decoder_norm_eps", label, c.decoder_norm_eps);
-  c.clip_length = int_field(j, "clip_length", label, c.clip_length, 1);
-  c.token_drop = int_field(j, "token_drop", label, c.token_drop, 0);
-  c.latents_mean = float_list_field(j, "latents_mean", label,
-                                    std::vector<float>(static_cast<size_t>(c.latent_channels), 0.0f));
-  c.latents_std = float_list_field(j, "latents_std", label,
-                                   std::vector<float>(static_cast<size_t>(c.latent_channels), 1.0f));
+      io::config_positive_or(j, "decoder_rope_dim_ratio", label, c.decoder_rope_dim_ratio);
+  c.decoder_norm_eps = io::config_positive_or(j, "decoder_norm_eps", label, c.decoder_norm_eps);
+  c.clip_length = io::config_int_in_or(j, "clip_length", label, c.clip_length, 1, kMaxField);
+  c.token_drop = io::config_int_in_or(j, "token_drop", label, c.token_drop, 0, kMaxField);
+  c.latents_mean = io::config_float_list_or(
+      j, "latents_mean", label, std::vector<float>(static_cast<size_t>(c.latent_channels), 0.0f));
+  c.latents_std = io::config_float_list_or(
+      j, "latents_std", label, std::vector<float>(static_cast<size_t>(c.latent_channels), 1.0f));
   c.validate(label);
   return c;
 }
