@@ -99,28 +99,3 @@ __device__ __forceinline__ float warp_max(float v) {
                    " is not supported on CUDA (expected f32, bf16 or f16)");                   \
     }                                                                                          \
   } while (0)
-
-// Same for a second, independent float dtype (type alias U).
-#define H3_DISPATCH_FLOAT_U(dtype, what, ...)                                                  \
-  do {                                                                                         \
-    switch (dtype) {                                                                           \
-      case ::h3::DType::kF32: {                                                                \
-        using U = float;                                                                       \
-        __VA_ARGS__;                                                                           \
-        break;                                                                                 \
-      }                                                                                        \
-      case ::h3::DType::kBF16: {                                                               \
-        using U = __nv_bfloat16;                                                               \
-        __VA_ARGS__;                                                                           \
-        break;                                                                                 \
-      }                                                                                        \
-      case ::h3::DType::kF16: {                                                                \
-        using U = __half;                                                                      \
-        __VA_ARGS__;                                                                           \
-        break;                                                                                 \
-      }                                                                                        \
-      default:                                                                                 \
-        ::h3::fail(::h3::ErrorCode::kUnsupported, what, ": dtype ", ::h3::dtype_name(dtype),   \
-                   " is not supported on CUDA (expected f32, bf16 or f16)");                   \
-    }                                                                                          \
-  } while (0)
