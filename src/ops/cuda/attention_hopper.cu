@@ -8,6 +8,7 @@
 
 #include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/attention_hopper_kernel.cuh"
+#include "ops/cuda/attention_hopper_plan.h"
 #include "ops/cuda/cuda_util.h"
 
 namespace h3::ops::cuda {
@@ -109,27 +110,11 @@ void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   pb.scale_log2 = scale * 1.4426950408889634f;
   pb.f16 = q.dtype() == DType::kF16;
   pb.head_dim = static_cast<int>(q.size(2));
-  // Head dim 64 (the video VAE's decoder): three consumer warpgroups of 64 rows per CTA (192 rows,
-  // 160 registers each) instead of two (128 rows, 240 registers), as FlashAttention-3 shapes its
-  // head dim 64 kernel: more warps share the exponentials of a tile whose tensor work is half that
-  // of head dim 128. Measured on an H100 (bench/RESULTS.md, 2026-12-05): 21-24 % faster on the
-  // VAE's batched tiles (1,280 CTAs) and on long rows, 13 % slower on 2 heads of 16,384 rows
-  // (172 CTAs: the larger CTAs leave SMs idle in the last wave). So three where the grid still
-  // has at least four CTAs per SM; H3_ATTN_HOPPER_D64_WARPGROUPS=2 or 3 forces either.
+  // Head dim 64 (the video VAE's decoder): two or three consumer warpgroups by the grid's size.
   if (pb.head_dim == 64) {
     const char* wg = std::getenv("H3_ATTN_HOPPER_D64_WARPGROUPS");
-    if (wg && (std::strcmp(wg, "2") == 0 || std::strcmp(wg, "3") == 0)) {
-      pb.consumers = wg[0] - '0';
-    } else {
-      int64_t tiles3 = 0;
-      if (cu_seqlens.empty()) {
-        tiles3 = (pb.s_q + 191) / 192;
-      } else {
-        for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s)
-          tiles3 += (cu_seqlens[s + 1] - cu_seqlens[s] + 191) / 192;
-      }
-      pb.consumers = tiles3 * pb.hq >= 4 * int64_t{sm_count(q.device().index)} ? 3 : 2;
-    }
+    pb.consumers = hopper::d64_consumers(pb.s_q, cu_seqlens, pb.hq, sm_count(q.device().index),
+                                         wg ? std::atoi(wg) : 0);
   }
   // Block-diagonal batches: tiles of 128 query rows that never straddle a segment boundary.
   Tensor tiles;
