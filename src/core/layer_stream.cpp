@@ -1,6 +1,7 @@
 #include "core/layer_stream.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -62,7 +63,11 @@ int pin_threads(size_t pieces) {
 // Asks the kernel to start reading a piece's source pages (a no-op for memory that is not a file
 // mapping): the copy then waits on one large read instead of a fault per read-ahead window.
 void will_need(const void* p, size_t bytes) {
-  const uintptr_t page = 4096;
+  // The host's page size (64 KiB on some ARM hosts): madvise refuses an address not aligned to it.
+  static const uintptr_t page = [] {
+    const long v = ::sysconf(_SC_PAGESIZE);
+    return v > 0 ? static_cast<uintptr_t>(v) : uintptr_t{4096};
+  }();
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   const uintptr_t b = reinterpret_cast<uintptr_t>(p) + bytes;
   ::madvise(reinterpret_cast<void*>(a), static_cast<size_t>(b - a), MADV_WILLNEED);

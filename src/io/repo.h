@@ -17,6 +17,7 @@
 // `h3 info` can report a corrupt shard per component while the rest is still listed.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -114,6 +115,9 @@ int64_t config_int_or(const nlohmann::json& config, const std::string& field,
                       const std::string& file, int64_t fallback);
 bool config_bool_or(const nlohmann::json& config, const std::string& field, const std::string& file,
                     bool fallback);
+// The largest size a component config may give a width, rate, count or kernel (2^20): far above
+// any model's, and small enough that the products the configs form of a few of them stay in int64.
+inline constexpr int64_t kMaxConfigSize = int64_t{1} << 20;
 // Bounded forms for component configs whose absent or null fields take the class's default:
 // an integer in [min_value, max_value]; a positive finite number; a non-empty list of integers in
 // [min_value, max_value] (the `_value` form reads a list nested inside a field); a list of finite

@@ -10,8 +10,6 @@
 namespace h3::audio_vae {
 namespace {
 
-constexpr int64_t kMaxField = int64_t{1} << 20;
-
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
@@ -45,9 +43,10 @@ int64_t AudioVaeConfig::latent_frames_for_video_frames(int64_t num_frames) const
 void AudioVaeConfig::validate(const std::string& label) const {
   H3_CHECK(!encoder_rates.empty() && encoder_rates.size() <= 16, ErrorCode::kInvalidFile, label,
            ": 'encoder_rates' must hold 1 to 16 strides");
-  H3_CHECK(encoder_trunk_width() <= kMaxField, ErrorCode::kInvalidFile, label, ": encoder_dim ",
-           encoder_dim, " doubled ", encoder_rates.size(), " times is implausibly wide");
-  H3_CHECK(hop_length() <= kMaxField, ErrorCode::kInvalidFile, label,
+  H3_CHECK(encoder_trunk_width() <= io::kMaxConfigSize, ErrorCode::kInvalidFile, label,
+           ": encoder_dim ", encoder_dim, " doubled ", encoder_rates.size(),
+           " times is implausibly wide");
+  H3_CHECK(hop_length() <= io::kMaxConfigSize, ErrorCode::kInvalidFile, label,
            ": the product of 'encoder_rates' is implausibly large");
   H3_CHECK(product(decoder_rates) == hop_length(), ErrorCode::kInvalidFile, label,
            ": 'decoder_rates' must upsample by the encoder hop length ", hop_length(), ", got ",
@@ -97,22 +96,25 @@ AudioVaeConfig AudioVaeConfig::from_json(const nlohmann::json& j, const std::str
              ": _class_name must be \"AutoencoderKLMiniMaxH3Audio\", got ", it->dump());
   }
   AudioVaeConfig c;
-  c.sampling_rate = io::config_int_in_or(j, "sampling_rate", label, c.sampling_rate, 1, kMaxField);
-  c.encoder_dim = io::config_int_in_or(j, "encoder_dim", label, c.encoder_dim, 1, kMaxField);
+  c.sampling_rate =
+      io::config_int_in_or(j, "sampling_rate", label, c.sampling_rate, 1, io::kMaxConfigSize);
+  c.encoder_dim =
+      io::config_int_in_or(j, "encoder_dim", label, c.encoder_dim, 1, io::kMaxConfigSize);
   c.encoder_rates =
-      io::config_int_list_in_or(j, "encoder_rates", label, c.encoder_rates, 1, kMaxField);
-  c.latent_dim = io::config_int_in_or(j, "latent_dim", label, c.latent_dim, 1, kMaxField);
+      io::config_int_list_in_or(j, "encoder_rates", label, c.encoder_rates, 1, io::kMaxConfigSize);
+  c.latent_dim = io::config_int_in_or(j, "latent_dim", label, c.latent_dim, 1, io::kMaxConfigSize);
   c.latent_channels =
-      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, kMaxField);
-  c.num_attention_heads =
-      io::config_int_in_or(j, "num_attention_heads", label, c.num_attention_heads, 1, kMaxField);
-  c.decoder_dim = io::config_int_in_or(j, "decoder_dim", label, c.decoder_dim, 1, kMaxField);
+      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, io::kMaxConfigSize);
+  c.num_attention_heads = io::config_int_in_or(j, "num_attention_heads", label,
+                                               c.num_attention_heads, 1, io::kMaxConfigSize);
+  c.decoder_dim =
+      io::config_int_in_or(j, "decoder_dim", label, c.decoder_dim, 1, io::kMaxConfigSize);
   c.decoder_rates =
-      io::config_int_list_in_or(j, "decoder_rates", label, c.decoder_rates, 1, kMaxField);
+      io::config_int_list_in_or(j, "decoder_rates", label, c.decoder_rates, 1, io::kMaxConfigSize);
   c.decoder_kernel_sizes = io::config_int_list_in_or(j, "decoder_kernel_sizes", label,
-                                                     c.decoder_kernel_sizes, 1, kMaxField);
-  c.resblock_kernel_sizes = io::config_int_list_in_or(j, "resblock_kernel_sizes", label,
-                                                      c.resblock_kernel_sizes, 1, kMaxField);
+                                                     c.decoder_kernel_sizes, 1, io::kMaxConfigSize);
+  c.resblock_kernel_sizes = io::config_int_list_in_or(
+      j, "resblock_kernel_sizes", label, c.resblock_kernel_sizes, 1, io::kMaxConfigSize);
   if (auto it = j.find("resblock_dilation_sizes"); it != j.end() && !it->is_null()) {
     H3_CHECK(it->is_array() && !it->empty(), ErrorCode::kInvalidFile, label,
              ": field 'resblock_dilation_sizes' must be a non-empty list of lists, got ",
@@ -120,7 +122,7 @@ AudioVaeConfig AudioVaeConfig::from_json(const nlohmann::json& j, const std::str
     c.resblock_dilation_sizes.clear();
     for (const auto& e : *it)
       c.resblock_dilation_sizes.push_back(
-          io::config_int_list_in(e, "resblock_dilation_sizes", label, 1, kMaxField));
+          io::config_int_list_in(e, "resblock_dilation_sizes", label, 1, io::kMaxConfigSize));
   }
   const size_t lc = static_cast<size_t>(c.latent_channels);
   c.latents_mean = io::config_float_list_or(j, "latents_mean", label, std::vector<float>(lc, 0.0f));

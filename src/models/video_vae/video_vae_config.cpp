@@ -11,8 +11,6 @@
 namespace h3::video_vae {
 namespace {
 
-constexpr int64_t kMaxField = int64_t{1} << 20;
-
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
@@ -108,20 +106,23 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json& j, const std::str
              ": _class_name must be \"AutoencoderKLMiniMaxH3\", got ", it->dump());
   }
   VideoVaeConfig c;
-  c.in_channels = io::config_int_in_or(j, "in_channels", label, c.in_channels, 1, kMaxField);
-  c.out_channels = io::config_int_in_or(j, "out_channels", label, c.out_channels, 1, kMaxField);
+  c.in_channels =
+      io::config_int_in_or(j, "in_channels", label, c.in_channels, 1, io::kMaxConfigSize);
+  c.out_channels =
+      io::config_int_in_or(j, "out_channels", label, c.out_channels, 1, io::kMaxConfigSize);
   c.latent_channels =
-      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, kMaxField);
-  c.block_out_channels =
-      io::config_int_list_in_or(j, "block_out_channels", label, c.block_out_channels, 1, kMaxField);
+      io::config_int_in_or(j, "latent_channels", label, c.latent_channels, 1, io::kMaxConfigSize);
+  c.block_out_channels = io::config_int_list_in_or(j, "block_out_channels", label,
+                                                   c.block_out_channels, 1, io::kMaxConfigSize);
   c.layers_per_block =
-      io::config_int_in_or(j, "layers_per_block", label, c.layers_per_block, 1, kMaxField);
+      io::config_int_in_or(j, "layers_per_block", label, c.layers_per_block, 1, io::kMaxConfigSize);
   c.spatial_downsample_factors = io::config_int_list_in_or(
-      j, "spatial_downsample_factors", label, c.spatial_downsample_factors, 1, kMaxField);
-  c.temporal_downsample_factors = io::config_int_list_in_or(
-      j, "temporal_downsample_factors", label, c.temporal_downsample_factors, 1, kMaxField);
+      j, "spatial_downsample_factors", label, c.spatial_downsample_factors, 1, io::kMaxConfigSize);
+  c.temporal_downsample_factors =
+      io::config_int_list_in_or(j, "temporal_downsample_factors", label,
+                                c.temporal_downsample_factors, 1, io::kMaxConfigSize);
   c.norm_num_groups =
-      io::config_int_in_or(j, "norm_num_groups", label, c.norm_num_groups, 1, kMaxField);
+      io::config_int_in_or(j, "norm_num_groups", label, c.norm_num_groups, 1, io::kMaxConfigSize);
   c.norm_eps = io::config_positive_or(j, "norm_eps", label, c.norm_eps);
   if (auto it = j.find("spatial_padding_mode"); it != j.end() && !it->is_null()) {
     const std::string m = it->is_string() ? it->get<std::string>() : std::string();
@@ -136,23 +137,26 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json& j, const std::str
            "\"replicate\" or \"constant\", got ", it->dump());
     }
   }
-  c.decoder_num_layers =
-      io::config_int_in_or(j, "decoder_num_layers", label, c.decoder_num_layers, 0, kMaxField);
-  c.decoder_num_attention_heads = io::config_int_in_or(j, "decoder_num_attention_heads", label,
-                                                       c.decoder_num_attention_heads, 1, kMaxField);
-  c.decoder_attention_head_dim = io::config_int_in_or(j, "decoder_attention_head_dim", label,
-                                                      c.decoder_attention_head_dim, 1, kMaxField);
-  c.decoder_num_register_tokens = io::config_int_in_or(j, "decoder_num_register_tokens", label,
-                                                       c.decoder_num_register_tokens, 0, kMaxField);
+  c.decoder_num_layers = io::config_int_in_or(j, "decoder_num_layers", label, c.decoder_num_layers,
+                                              0, io::kMaxConfigSize);
+  c.decoder_num_attention_heads =
+      io::config_int_in_or(j, "decoder_num_attention_heads", label, c.decoder_num_attention_heads,
+                           1, io::kMaxConfigSize);
+  c.decoder_attention_head_dim = io::config_int_in_or(
+      j, "decoder_attention_head_dim", label, c.decoder_attention_head_dim, 1, io::kMaxConfigSize);
+  c.decoder_num_register_tokens =
+      io::config_int_in_or(j, "decoder_num_register_tokens", label, c.decoder_num_register_tokens,
+                           0, io::kMaxConfigSize);
   c.decoder_ffn_mult =
-      io::config_int_in_or(j, "decoder_ffn_mult", label, c.decoder_ffn_mult, 1, kMaxField);
+      io::config_int_in_or(j, "decoder_ffn_mult", label, c.decoder_ffn_mult, 1, io::kMaxConfigSize);
   c.decoder_rope_theta =
       io::config_positive_or(j, "decoder_rope_theta", label, c.decoder_rope_theta);
   c.decoder_rope_dim_ratio =
       io::config_positive_or(j, "decoder_rope_dim_ratio", label, c.decoder_rope_dim_ratio);
   c.decoder_norm_eps = io::config_positive_or(j, "decoder_norm_eps", label, c.decoder_norm_eps);
-  c.clip_length = io::config_int_in_or(j, "clip_length", label, c.clip_length, 1, kMaxField);
-  c.token_drop = io::config_int_in_or(j, "token_drop", label, c.token_drop, 0, kMaxField);
+  c.clip_length =
+      io::config_int_in_or(j, "clip_length", label, c.clip_length, 1, io::kMaxConfigSize);
+  c.token_drop = io::config_int_in_or(j, "token_drop", label, c.token_drop, 0, io::kMaxConfigSize);
   c.latents_mean = io::config_float_list_or(
       j, "latents_mean", label, std::vector<float>(static_cast<size_t>(c.latent_channels), 0.0f));
   c.latents_std = io::config_float_list_or(
