@@ -206,6 +206,18 @@ int run_bench_e2e(const std::vector<std::string>& args) {
     };
     if (dev.is_cuda()) h3::cuda_pool_reset_peak(dev.index);
     const auto t0 = std::chrono::steady_clock::now();
+    // Each stage's start on stderr as it happens: a run stopped by a time limit still shows where
+    // its time went (the receipt is printed only at the end).
+    opt.on_progress = [&, k](const std::string& stage, int64_t step, int64_t steps) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (stage == "denoise" && steps > 0 && step > 0)
+        std::fprintf(stderr, "h3 bench e2e: generation %lld +%.1f s: %s step %lld of %lld\n",
+                     static_cast<long long>(k), s, stage.c_str(), static_cast<long long>(step),
+                     static_cast<long long>(steps));
+      else if (step == 0)
+        std::fprintf(stderr, "h3 bench e2e: generation %lld +%.1f s: %s\n",
+                     static_cast<long long>(k), s, stage.c_str());
+    };
     {
       auto total = rc.stage("generation");
       pl::Generation gen(engine, req, opt, &rc);
