@@ -1244,6 +1244,31 @@ def part_dit(args, log):
                 m.bias.zero_()
     dit.train()
     ema = [p.detach().clone() for p in dit.parameters()]
+    # The model the training forwards run. `--precision bf16` runs the float32 master weights under
+    # autocast, which casts every weight and many activations on each use, and runs the block
+    # norms unfused (bf16 rows against float32 weights): in a profile of this loop on one H100 the
+    # casts were a third of the operators and elementwise passes most of the GPU time.
+    # `bf16-weights` runs a working copy in the release's own precision instead (bf16 except the
+    # float32 islands the reference keeps, `_keep_in_fp32_modules`); its gradients go to the float32
+    # master weights, which the optimizer and the EMA keep as before, and the copy follows each step.
+    work = dit
+    if args.precision == "bf16-weights":
+        import copy
+
+        islands = tuple(getattr(Ref.DiT, "_keep_in_fp32_modules", None) or ())
+        work = copy.deepcopy(dit)
+        for name, p in work.named_parameters():
+            if not any(k in name for k in islands):
+                p.data = p.data.to(torch.bfloat16)
+        log("dit: bf16 working copy, float32 islands %s" % list(islands))
+    fwd = work
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            raise SystemExit("--compile needs torch 2 or later (this is %s)" % torch.__version__)
+        fwd = torch.compile(work)
+    master, working = list(dit.parameters()), list(work.parameters())
+    # Validation and the samples run the float32 master (EMA) weights under autocast either way.
+    eval_precision = "bf16" if args.precision == "bf16-weights" else args.precision
     feats = load_features(args, log)
     train = load_clips(args.data, "train", 64 if args.smoke else None)
     held = load_clips(args.data, "heldout", 12 if args.smoke else 48)
@@ -1297,7 +1322,7 @@ def part_dit(args, log):
                 lay = layouts.get(txt.shape[1])
                 for u in (0.06, 0.18, 0.31, 0.43, 0.56, 0.68, 0.81, 0.93):
                     l, lv, la = flow_loss(dit, layouts, lay, hv_all[i:i + 1], ha_all[i:i + 1], txt, u, g,
-                                          args.precision, args.audio_weight)
+                                          eval_precision, args.audio_weight)
                     tot += [float(l), float(lv), float(la)]
                     n += 1
         return tot / n
@@ -1305,9 +1330,32 @@ def part_dit(args, log):
     ema_decay = args.ema
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    # --profile N: N steps from step 2 (after the first steps' set-up) under torch.profiler, with
+    # the table of the costliest kernels and operators in the log (where a step's time goes:
+    # arithmetic, memory passes or launches).
+    prof = None
     for step in itertools.count():
         if not budget.more(step):
             break
+        if args.profile and step == 2:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []))
+            prof.__enter__()
+        if prof is not None and step == 2 + args.profile:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            # The device column's name changed across torch versions; a table that cannot be made
+            # must not stop the training.
+            table = None
+            for sort in (("device_time_total", "cuda_time_total") if device == "cuda" else ("cpu_time_total",)):
+                try:
+                    table = prof.key_averages().table(sort_by=sort, row_limit=30)
+                    break
+                except Exception as e:  # noqa: BLE001
+                    table = "no profile table (%s)" % e
+            log("dit: profile of steps 2-%d\n%s" % (step - 1, table))
+            prof = None
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step, budget, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
@@ -1322,12 +1370,22 @@ def part_dit(args, log):
             u = float((strata[g] + rng.uniform(0.0, 1.0)) / groups) if args.stratify else float(rng.uniform(0.0, 1.0))
             txt = torch.stack([txt_cache[train["prompt"][i]] for i in idx])
             ix = torch.from_numpy(idx).to(device)
-            loss, lv, la = flow_loss(dit, layouts, layouts.get(L), xv_all[ix], xa_all[ix], txt, u, gen,
+            loss, lv, la = flow_loss(fwd, layouts, layouts.get(L), xv_all[ix], xa_all[ix], txt, u, gen,
                                      args.precision, args.audio_weight)
             (loss / groups).backward()
             tot += torch.stack([loss.detach(), lv.detach(), la.detach()])
+            if work is not dit:
+                # The micro-batches' gradients add up in float32 on the master, not in bf16.
+                for pm, pw in zip(master, working):
+                    if pw.grad is not None:
+                        pm.grad = pw.grad.float() if pm.grad is None else pm.grad.add_(pw.grad)
+                        pw.grad = None
         gn = torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
         opt.step()
+        if work is not dit:
+            with torch.no_grad():
+                for pw, pm in zip(working, master):
+                    pw.copy_(pm)
         with torch.no_grad():
             d = min(ema_decay, (1.0 + step) / (10.0 + step))
             torch._foreach_lerp_(ema, [p.detach() for p in dit.parameters()], 1.0 - d)
@@ -1356,7 +1414,7 @@ def part_dit(args, log):
     heldout_prompts = heldout_prompts[:2] if args.smoke else heldout_prompts
     fr, au = sample(dit, layouts, {p: txt_cache[p] if p in txt_cache else feats[p] for p in heldout_prompts},
                     heldout_prompts, vae, vcfg, avae, acfg, geo, 4 if args.smoke else args.sample_steps,
-                    args.seed, device, args.precision)
+                    args.seed, device, eval_precision)
     d = part_dir(args.out, "dit")
     np.savez_compressed(os.path.join(d, "samples.npz"), frames=fr, audio=au, prompt=np.array(heldout_prompts))
     with open(os.path.join(d, "samples.png"), "wb") as f:
@@ -1524,12 +1582,16 @@ def main(argv):
                     help="dit: stratify the micro-batches' noise levels over [0, 1) within a step")
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--audio-weight", type=float, default=1.0)
-    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16", help="dit autocast")
+    ap.add_argument("--precision", choices=("bf16", "bf16-weights", "fp32"), default="bf16",
+                    help="dit: bf16 autocast over float32 weights; bf16-weights: a bf16 working copy (the "
+                         "release's precision) with float32 master weights; fp32")
+    ap.add_argument("--compile", action="store_true", help="dit: torch.compile the training forward (torch 2+)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: float32, for a --smoke check of a part on a machine without a GPU")
     ap.add_argument("--vae-precision", choices=("bf16", "fp32"), default="bf16",
                     help="vae: autocast of the training steps (held-out checks and latent statistics in float32)")
     ap.add_argument("--sample-steps", type=int, default=50, help="grid points of the samples (dense preset: 50)")
+    ap.add_argument("--profile", type=int, default=0, help="dit: profile N steps from step 2 (torch.profiler table in the log)")
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--val-every", type=int, default=1000)
     ap.add_argument("--prompts", help="prompts.json (default DATA/prompts.json)")
