@@ -178,6 +178,10 @@ void add_cases() {
   add_fill_random(DType::kF32, {17, 33}, 7, 0.0f, 0.03125f);
   add_fill_random(DType::kBF16, {5, 129}, 0x1234abcdull, 1.0f, 0.1f);
   add_fill_random(DType::kF16, {1000}, 3, -0.5f, 0.02f);
+  // Past the CPU op's split over threads (2^20 values a part), with a ragged last part: the
+  // split must not change a value.
+  add_fill_random(DType::kBF16, {3, 1048577}, 11, 0.0f, 0.01f);
+  add_fill_random(DType::kF32, {2097153}, 12, 1.0f, 0.05f);
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (bool m : {false, true}) {
       add_binary(m, {5, 7}, {5, 7}, t, t);

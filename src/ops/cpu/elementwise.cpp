@@ -1,4 +1,5 @@
 // add, mul (b broadcast over the leading dims of a), scale and cast.
+#include <algorithm>
 #include <vector>
 
 #include "core/dtype.h"
@@ -40,26 +41,34 @@ void fill_random(Tensor& x, uint64_t seed, float center, float half_width) {
   auto value = [&](int64_t i) {
     return random_fill_value(seed, static_cast<uint64_t>(i), center, half_width);
   };
-  switch (x.dtype()) {
-    case DType::kF32: {
-      float* p = x.data<float>();
-      for (int64_t i = 0; i < n; ++i) p[i] = value(i);
-      break;
-    }
-    case DType::kBF16: {
-      uint16_t* p = static_cast<uint16_t*>(x.raw());
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(value(i));
-      break;
-    }
-    case DType::kF16: {
-      uint16_t* p = static_cast<uint16_t*>(x.raw());
-      for (int64_t i = 0; i < n; ++i) p[i] = f16_from_f32(value(i));
-      break;
-    }
-    default:
-      fail(ErrorCode::kUnsupported, "ops::fill_random: dtype ", dtype_name(x.dtype()),
+  H3_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16 || x.dtype() == DType::kF16,
+           ErrorCode::kUnsupported, "ops::fill_random: dtype ", dtype_name(x.dtype()),
            " is not filled on the CPU");
-  }
+  // Each value depends on its index only, so the split changes no byte. A streamed model's host
+  // layers at released size are billions of values (random-weight benchmarks fill them here).
+  constexpr int64_t kPerPart = int64_t{1} << 20;
+  const int64_t parts = std::clamp<int64_t>(n / kPerPart, 1, cpu_threads());
+  const int64_t chunk = (n + parts - 1) / parts;
+  parallel_for(parts, [&](int64_t part) {
+    const int64_t lo = part * chunk, hi = std::min(n, lo + chunk);
+    switch (x.dtype()) {
+      case DType::kF32: {
+        float* p = x.data<float>();
+        for (int64_t i = lo; i < hi; ++i) p[i] = value(i);
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t* p = static_cast<uint16_t*>(x.raw());
+        for (int64_t i = lo; i < hi; ++i) p[i] = f32_to_bf16(value(i));
+        break;
+      }
+      default: {
+        uint16_t* p = static_cast<uint16_t*>(x.raw());
+        for (int64_t i = lo; i < hi; ++i) p[i] = f16_from_f32(value(i));
+        break;
+      }
+    }
+  });
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
