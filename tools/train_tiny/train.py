@@ -1340,11 +1340,11 @@ def part_dit(args, log):
         if args.profile and step == 2:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
                 [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []))
-            prof.__enter__()
+            prof.start()
         if prof is not None and step == 2 + args.profile:
             if device == "cuda":
                 torch.cuda.synchronize()
-            prof.__exit__(None, None, None)
+            prof.stop()
             # The device column's name changed across torch versions; a table that cannot be made
             # must not stop the training.
             table = None
