@@ -1126,6 +1126,38 @@ def encode_all(vae, vcfg, avae, acfg, data, device, batch=16):
     return torch.cat(vrows), torch.cat(arows)
 
 
+def cached_latents(args, log, vae, vcfg, avae, acfg, train, held, device):
+    """encode_all of the training and held-out clips, kept in --latents-cache when given: several
+    runs on the same VAEs and clips (a throughput comparison, a resumed run) encode them once. The
+    file names the VAE weights and clips it was made from and is recomputed when they differ."""
+    import hashlib
+
+    import torch
+
+    key = hashlib.sha256()
+    for part in ("vae", "audio_vae"):
+        with open(os.path.join(part_dir(args.out, part), "model.safetensors"), "rb") as f:
+            key.update(hashlib.sha256(f.read()).digest())
+    for d in (train, held):
+        key.update(repr((len(d["prompt"]), d["seed"], d["frames"].shape)).encode())
+        key.update(d["frames"][:: max(1, len(d["prompt"]) // 16)].tobytes())
+    key = key.hexdigest()
+    path = args.latents_cache
+    if path and os.path.isfile(path):
+        c = torch.load(path, map_location=device)
+        if c.get("key") == key:
+            log("dit: latents from %s" % path)
+            return c["xv"], c["xa"], c["hv"], c["ha"]
+        log("dit: %s was made from other VAEs or clips; encoding again" % path)
+    xv, xa = encode_all(vae, vcfg, avae, acfg, train, device)
+    hv, ha = encode_all(vae, vcfg, avae, acfg, held, device)
+    if path:
+        tmp = path + ".tmp"
+        torch.save({"key": key, "xv": xv, "xa": xa, "hv": hv, "ha": ha}, tmp)
+        os.replace(tmp, path)
+    return xv, xa, hv, ha
+
+
 def dit_forward(dit, lay, xv, xa, txt, timestep, tindices, precision):
     import torch
 
@@ -1265,7 +1297,12 @@ def part_dit(args, log):
     if args.compile:
         if not hasattr(torch, "compile"):
             raise SystemExit("--compile needs torch 2 or later (this is %s)" % torch.__version__)
-        fwd = torch.compile(work)
+        # torch's default shape policy: the first text length compiles a static graph, the second
+        # one graph with the lengths symbolic (the prompt table has five lengths, a micro-batch one
+        # of them). reduce-overhead replays CUDA graphs (one per length), which is what a
+        # launch-bound step needs.
+        fwd = torch.compile(work, mode=args.compile_mode)
+        log("dit: torch.compile mode %s" % args.compile_mode)
     master, working = list(dit.parameters()), list(work.parameters())
     # Validation and the samples run the float32 master (EMA) weights under autocast either way.
     eval_precision = "bf16" if args.precision == "bf16-weights" else args.precision
@@ -1279,8 +1316,7 @@ def part_dit(args, log):
     for a in train["attrs"]:
         assert not clips.is_held_out(*a), "a held-out triple in the DiT's training data"
     t0 = time.time()
-    xv_all, xa_all = encode_all(vae, vcfg, avae, acfg, train, device)
-    hv_all, ha_all = encode_all(vae, vcfg, avae, acfg, held, device)
+    xv_all, xa_all, hv_all, ha_all = cached_latents(args, log, vae, vcfg, avae, acfg, train, held, device)
     log("dit: encoded %d train + %d held-out clips in %.1fs; normalized latents video std %.3f mean %.3f, "
         "audio std %.3f mean %.3f" % (len(train["prompt"]), len(held["prompt"]), time.time() - t0,
                                       float(xv_all.std()), float(xv_all.mean()), float(xa_all.std()), float(xa_all.mean())))
@@ -1334,7 +1370,20 @@ def part_dit(args, log):
     # the table of the costliest kernels and operators in the log (where a step's time goes:
     # arithmetic, memory passes or launches).
     prof = None
+    bench_from = min(args.bench_steps // 2, 50)  # past the first steps' set-up and compiles
     for step in itertools.count():
+        if args.bench_steps and step == bench_from:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t_bench = time.time()
+        if args.bench_steps and step == args.bench_steps:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            rate = (step - bench_from) / (time.time() - t_bench)
+            log("dit: bench %.2f steps/s (steps %d-%d), precision %s, compile %s, %.0f s in all" % (
+                rate, bench_from, step - 1, args.precision, args.compile_mode if args.compile else "off",
+                time.time() - t0))
+            return 0
         if not budget.more(step):
             break
         if args.profile and step == 2:
@@ -1395,7 +1444,7 @@ def part_dit(args, log):
                  "s": round(time.time() - t0, 1)}
             record["log"].append(e)
             log("dit step %d loss %.4f video %.4f audio %.4f gn %.3f" % (step, tot[0], tot[1], tot[2], float(gn)))
-        if (step + 1) % args.val_every == 0 or budget.last(step):
+        if not args.bench_steps and ((step + 1) % args.val_every == 0 or budget.last(step)):
             v = validate()
             record["val"].append({"step": step, "loss": v[0], "video": v[1], "audio": v[2]})
             log("dit val (held-out prompts) step %d loss %.4f video %.4f audio %.4f" % (step, *v))
@@ -1586,6 +1635,12 @@ def main(argv):
                     help="dit: bf16 autocast over float32 weights; bf16-weights: a bf16 working copy (the "
                          "release's precision) with float32 master weights; fp32")
     ap.add_argument("--compile", action="store_true", help="dit: torch.compile the training forward (torch 2+)")
+    ap.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                    default="default", help="dit: torch.compile's mode (reduce-overhead: CUDA graphs)")
+    ap.add_argument("--bench-steps", type=int, default=0,
+                    help="dit: train N steps, log the rate of the second half (at most the steps after 50) and "
+                         "stop without saving: compares --precision and --compile on one machine")
+    ap.add_argument("--latents-cache", help="dit: a file keeping the clips' encoded latents between runs")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: float32, for a --smoke check of a part on a machine without a GPU")
     ap.add_argument("--vae-precision", choices=("bf16", "fp32"), default="bf16",
