@@ -794,12 +794,20 @@ def decoder_only_model(args, device, log):
     cfg.update(preset)
     vae = build(Ref.VideoVAE, cfg)
     kept = sorted({k.split(".")[0] for k in old.state_dict() if not k.startswith("decoder.")})
-    state = {k: v for k, v in old.state_dict().items() if not k.startswith("decoder.")}
+    # With --resume the trained decoder goes on training too (same width and depth), instead of a
+    # fresh one: the encoder and with it the DiT's latents stay as they are either way.
+    keep_decoder = bool(args.resume) and all(cfg[k] == old_cfg.get(k) for k in preset)
+    if args.resume and not keep_decoder:
+        raise SystemExit("vae --decoder-only --resume: the size preset's decoder %s differs from the trained one's" % preset)
+    if keep_decoder:
+        kept.append("decoder")
+    state = {k: v for k, v in old.state_dict().items() if keep_decoder or not k.startswith("decoder.")}
     missing, unexpected = vae.load_state_dict(state, strict=False)
     assert not unexpected and all(k.startswith("decoder.") for k in missing), (missing, unexpected)
     for name, p in vae.named_parameters():
         p.requires_grad = name.startswith("decoder.") or name.startswith("post_quant_conv.")
-    log("vae: decoder only: kept %s of the trained VAE, a fresh decoder with %s" % (kept, preset))
+    log("vae: decoder only: kept %s of the trained VAE%s" % (
+        kept, "" if keep_decoder else ", a fresh decoder with %s" % preset))
     del old
     torch.cuda.empty_cache()
     return vae.to(device), cfg, kept
@@ -1616,7 +1624,8 @@ def main(argv):
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--kl", type=float, default=None, help="KL weight (VAEs; KL is a mean per latent element)")
     ap.add_argument("--decoder-only", action="store_true",
-                    help="vae: keep WORK/parts/vae's encoder (and latent space), train a fresh decoder at --size")
+                    help="vae: keep WORK/parts/vae's encoder (and latent space), train a fresh decoder at --size "
+                         "(with --resume: train the trained decoder on)")
     ap.add_argument("--edge-weight", type=float, default=2.0,
                     help="vae: weight of an L1 loss on spatial differences (sharper edges)")
     ap.add_argument("--vae-spatial-ratio", type=int, choices=(4, 8, 16), default=None,
