@@ -9,9 +9,11 @@
 //            coverage above one half (a blurred edge keeps its half-contrast contour).
 //   colour:  the median over frames of the object's core colour (coverage above 3/4), nearest
 //            palette colour in RGB.
-//   shape:   the median over frames of area / bounding-box area: square 1, circle pi/4 = 0.785,
-//            triangle 1/2 when sharp; split at 0.69 and 0.86, half-way between the ranges
-//            measured on clean and blurred, noisy clips.
+//   shape:   a triangle when the median over frames of the narrower over the wider of the
+//            object's top and bottom thirds (mean row widths) is below 0.54 (1/5 sharp, circles
+//            and squares near 1); otherwise the median of area / bounding-box area tells a circle
+//            (pi/4 sharp) from a square (1), split at 0.86. The splits sit between the ranges
+//            measured on clean and blurred, noisy clips and on the trained VAE's reconstructions.
 //   motion:  the centroid track; a bounce when it turns back by more than 10 % of the frame height
 //            (or width) along either axis; otherwise the larger net displacement's direction.
 //   pitch:   the magnitude spectrum of the channel mean (Hann window), its peak between 150 and
@@ -36,7 +38,8 @@ struct ColourEstimate {
 
 struct ShapeEstimate {
   ShapeKind shape = ShapeKind::kCircle;
-  double fill = 0;  // median area / bounding-box area
+  double fill = 0;   // median area / bounding-box area
+  double taper = 1;  // median of the narrower over the wider of the top and bottom thirds' widths
 };
 
 struct MotionEstimate {

@@ -99,12 +99,15 @@ Tensor add_audio_noise(const Tensor& audio, std::mt19937_64& gen) {
 // Margins seen over a run, printed so a change of the estimators shows how close they come.
 struct Margins {
   double fill_min[kNumShapes] = {9, 9, 9}, fill_max[kNumShapes] = {0, 0, 0};
+  double taper_min[kNumShapes] = {9, 9, 9}, taper_max[kNumShapes] = {0, 0, 0};
   double bounce_reversal_min = 1e9, move_reversal_max = 0, pitch_ratio_max = 1, colour_dist_max = 0;
   void add(const ClipAttributes& a, const AttributeEstimate& e) {
     const int s = static_cast<int>(a.shape);
     if (e.shape) {
       fill_min[s] = std::min(fill_min[s], e.shape->fill);
       fill_max[s] = std::max(fill_max[s], e.shape->fill);
+      taper_min[s] = std::min(taper_min[s], e.shape->taper);
+      taper_max[s] = std::max(taper_max[s], e.shape->taper);
     }
     if (e.motion) {
       if (a.motion == Motion::kBounce)
@@ -119,11 +122,13 @@ struct Margins {
   }
   void print(const char* what) const {
     std::printf(
-        "  %s: fill circle [%.3f, %.3f] square [%.3f, %.3f] triangle [%.3f, %.3f] "
-        "(splits 0.69, 0.86); turn-back: bounces >= %.1f px, moves <= %.1f px (split "
-        "6.4 px); pitch within a factor %.4f (split 1.22); colour within %.1f\n",
-        what, fill_min[0], fill_max[0], fill_min[1], fill_max[1], fill_min[2], fill_max[2],
-        bounce_reversal_min, move_reversal_max, pitch_ratio_max, colour_dist_max);
+        "  %s: taper circle [%.3f, %.3f] square [%.3f, %.3f] triangle [%.3f, %.3f] (split "
+        "0.54); fill circle [%.3f, %.3f] square [%.3f, %.3f] (split 0.86); turn-back: bounces "
+        ">= %.1f px, moves <= %.1f px (split 6.4 px); pitch within a factor %.4f (split 1.22); "
+        "colour within %.1f\n",
+        what, taper_min[0], taper_max[0], taper_min[1], taper_max[1], taper_min[2], taper_max[2],
+        fill_min[0], fill_max[0], fill_min[1], fill_max[1], bounce_reversal_min, move_reversal_max,
+        pitch_ratio_max, colour_dist_max);
   }
 };
 
@@ -149,7 +154,8 @@ void check_every_combination(bool degrade, const char* what) {
           ASSERT_TRUE(e.colour && e.shape && e.motion);
           EXPECT_EQ(e.object_frames, kTinyFrames);
           EXPECT_EQ(e.colour->colour, a.colour);
-          EXPECT_EQ(e.shape->shape, a.shape) << "fill " << e.shape->fill;
+          EXPECT_EQ(e.shape->shape, a.shape)
+              << "fill " << e.shape->fill << " taper " << e.shape->taper;
           EXPECT_EQ(e.motion->motion, a.motion) << "dx " << e.motion->dx << " dy " << e.motion->dy
                                                 << " turn-back " << e.motion->reversal;
           EXPECT_EQ(e.pitch.colour, a.colour) << "peak " << e.pitch.peak_hz << " Hz";

@@ -262,12 +262,13 @@ def probe_clip(frames, audio):
     """A rough attribute probe of a decoded clip (colour, shape, motion, pitch indices; -1 when no
     object stands out), for the training log only: `h3 eval tiny` is the evaluation. Object pixels
     are those far from the border median; colour is their median's nearest palette entry; shape
-    the median fill of the bounding box (split as SPEC.md's estimator); motion from the centroid
+    from the medians of the top and bottom thirds' width ratio and of the bounding box's fill
+    (split as SPEC.md's estimator); motion from the centroid
     track; pitch from the Hann-windowed spectrum's peak in 150-1200 Hz."""
     import numpy as np
 
     f = frames.astype(np.float64)
-    fills, cx, cy, cols = [], [], [], []
+    fills, tapers, cx, cy, cols = [], [], [], [], []
     for fr in f:
         border = np.concatenate([fr[0], fr[-1], fr[:, 0], fr[:, -1]])
         bg = np.median(border, axis=0)
@@ -278,6 +279,11 @@ def probe_clip(frames, audio):
         ys, xs = np.nonzero(m)
         box = (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
         fills.append(m.sum() / box)
+        widths = m[ys.min():ys.max() + 1].sum(1)
+        third = len(widths) // 3
+        if third:
+            top, bottom = float(widths[:third].sum()), float(widths[-third:].sum())
+            tapers.append(min(top, bottom) / max(top, bottom, 1.0))
         cy.append(ys.mean())
         cx.append(xs.mean())
         cols.append(np.median(fr[m], axis=0))
@@ -291,7 +297,8 @@ def probe_clip(frames, audio):
     col = np.median(np.array(cols), axis=0)
     colour = int(np.argmin([((col - np.array(c)) ** 2).sum() for c in clips.COLOUR_RGB]))
     fill = float(np.median(fills))
-    shape = 1 if fill > 0.86 else (0 if fill > 0.69 else 2)
+    taper = float(np.median(tapers)) if tapers else 1.0
+    shape = 2 if taper < 0.54 else (1 if fill > 0.86 else 0)
     cx, cy = np.array(cx), np.array(cy)
 
     turn = 0.1 * HEIGHT  # the track goes beyond both of its ends (the floor contact): a bounce
