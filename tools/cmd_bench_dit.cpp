@@ -63,6 +63,9 @@ void print_help() {
       "  --vsa-tile E        64 or 256 (default 64); --no-gates: VSA without FastH3 gates\n"
       "  --precision P       bf16 (default) or f32\n"
       "  --dit-dtype D       bf16 (default) or fp8: E4M3 projections, per-token activation scales\n"
+      "  --fp8-scaling S     channel (default: per output channel x per token) or block (128 x "
+      "128\n"
+      "                      weight blocks x activations per token and 128 columns)\n"
       "  --lora-rank R       a random rank-R LoRA adapter on every block's q, k, v, out and FFN\n"
       "                      projections; --lora-mode runtime (default: the extra GEMM pair) or\n"
       "                      fused (folded in; the time to fold is reported)\n"
@@ -119,6 +122,8 @@ int run_bench_dit(const std::vector<std::string>& args) {
       H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
                "--dit-dtype must be bf16 or fp8, got '", v, "'");
       o.fp8 = v == "fp8";
+    } else if (f == "--fp8-scaling") {
+      o.fp8_scaling = h3::ops::parse_fp8_weight_scaling(value());
     } else if (f == "--precision") {
       o.precision = dit::parse_precision(value());
     } else if (f == "--lora-rank") {
@@ -155,6 +160,7 @@ int run_bench_dit(const std::vector<std::string>& args) {
     j["attention"] = dit::attention_backend_name(o.attention);
     j["precision"] = dit::precision_name(o.precision);
     j["dit_dtype"] = o.fp8 ? "fp8" : dit::precision_name(o.precision);
+    if (o.fp8) j["fp8_scaling"] = h3::ops::fp8_weight_scaling_name(o.fp8_scaling);
     j["blocks"] = o.blocks;
     j["hidden"] = o.hidden;
     j["heads"] = o.heads;
@@ -198,13 +204,18 @@ int run_bench_dit(const std::vector<std::string>& args) {
     j["unsupported"] = r.unsupported;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("h3 bench dit: %s, %s attention, %s%s, %lld blocks, hidden %lld, %lld x %lld heads, "
-                "FFN %lld\n",
-                o.device.str().c_str(), dit::attention_backend_name(o.attention),
-                dit::precision_name(o.precision), o.fp8 ? " with FP8 projections" : "",
-                static_cast<long long>(o.blocks),
-                static_cast<long long>(o.hidden), static_cast<long long>(o.heads),
-                static_cast<long long>(o.head_dim), static_cast<long long>(o.ffn));
+    std::printf(
+        "h3 bench dit: %s, %s attention, %s%s, %lld blocks, hidden %lld, %lld x %lld heads, "
+        "FFN %lld\n",
+        o.device.str().c_str(), dit::attention_backend_name(o.attention),
+        dit::precision_name(o.precision),
+        !o.fp8 ? ""
+        : o.fp8_scaling == h3::ops::Fp8WeightScaling::kPerBlock
+            ? " with FP8 projections (128 x 128 blocks)"
+            : " with FP8 projections",
+        static_cast<long long>(o.blocks), static_cast<long long>(o.hidden),
+        static_cast<long long>(o.heads), static_cast<long long>(o.head_dim),
+        static_cast<long long>(o.ffn));
     std::printf("rows: %lld = %lld text + %lld cond + %lld audio + %lldx%lldx%lld video\n",
                 static_cast<long long>(r.seq_len), static_cast<long long>(r.text_rows),
                 static_cast<long long>(r.cond_rows), static_cast<long long>(r.audio_rows),

@@ -1,7 +1,8 @@
 // h3 bench fp8: the DiT's linear layers at the released width, bf16 against FP8 (E4M3 weights with
-// per-channel scales, activations quantized per token or per tensor as the layer runs), on one
-// GPU: milliseconds, TFLOP/s (2 per multiply-add) and the FP8 output's error against bf16 on the
-// first rows. The FP8 figure includes quantizing the activations: it is what a DiT layer pays.
+// per-channel scales and activations quantized per token or per tensor as the layer runs, or 128 x
+// 128 weight blocks with activations per token and 128 columns), on one GPU: milliseconds,
+// TFLOP/s (2 per multiply-add) and the FP8 output's error against bf16 on the first rows. The FP8
+// figure includes quantizing the activations: it is what a DiT layer pays.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +76,8 @@ int run_bench_fp8(const std::vector<std::string>& args) {
   bool json = false;
   int algos = 0, search = 0;
   ops::Fp8ActScaling act = ops::Fp8ActScaling::kPerToken;
+  ops::Fp8WeightScaling scaling = ops::Fp8WeightScaling::kPerChannel;
+  bool act_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
     auto value = [&]() -> const std::string& {
@@ -83,25 +86,31 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     };
     if (f == "--help" || f == "-h") {
       std::printf(
-          "usage: h3 bench fp8 [--rows M] [--act token|tensor] [--iters N] [--warmup N] "
-          "[--algos N] [--search N] [--json]\n\n"
+          "usage: h3 bench fp8 [--rows M] [--scaling channel|block] [--act token|tensor|group]\n"
+          "                    [--iters N] [--warmup N] [--algos N] [--search N] [--json]\n\n"
           "Times the DiT block's linear layers at the released width (qkv 5376->21504, attn_out\n"
           "7168->5376, ffn_in 5376->28672, ffn_out 14336->5376) for M rows (default 37966: "
           "1344x768x124)\n"
-          "in bf16 and in FP8 (E4M3 weights, per-channel scales; activations quantized per token "
-          "or\n"
-          "per tensor as the layer runs, included in the time), the FP8 GEMM alone (activations\n"
+          "in bf16 and in FP8: E4M3 weights with per-channel scales and activations quantized per\n"
+          "token or per tensor (--scaling channel, the default), or 128 x 128 weight blocks with\n"
+          "activations per token and 128 columns (--scaling block, --act group), quantized as the\n"
+          "layer runs (included in the time); the FP8 GEMM alone (activations\n"
           "quantized beforehand), and the FP8 output's relative L2 error against bf16 on the\n"
-          "first 256 rows. --algos N also times cuBLASLt's first N heuristic choices for each GEMM\n"
-          "(the engine runs the first), with and without fast accumulation. --search N times up\n"
+          "first 256 rows. --algos N also times cuBLASLt's first N heuristic choices for each "
+          "GEMM\n"
+          "(the engine runs the first), with and without fast accumulation (per-channel only).\n"
+          "--search N times up\n"
           "to N configurations cuBLASLt accepts for each GEMM (algorithm, tile, stages, cluster,\n"
           "swizzle; float32 promotion kept) and prints the five fastest. Needs a CUDA device.\n");
       return 0;
     }
     if (f == "--rows")
       rows = parse_int(f, value(), 1, 1 << 20);
-    else if (f == "--act")
+    else if (f == "--act") {
       act = ops::parse_fp8_act_scaling(value());
+      act_given = true;
+    } else if (f == "--scaling")
+      scaling = ops::parse_fp8_weight_scaling(value());
     else if (f == "--iters")
       iters = static_cast<int>(parse_int(f, value(), 1, 1000));
     else if (f == "--warmup")
@@ -115,11 +124,24 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     else
       h3::fail(ErrorCode::kInvalidArgument, "unknown option '", f, "' (see h3 bench fp8 --help)");
   }
+  // The tensor cores take per-channel weights with per-token or per-tensor activations, and
+  // weight blocks with activation groups; other pairings would time the float32 fallback.
+  const bool block = scaling == ops::Fp8WeightScaling::kPerBlock;
+  if (block && !act_given) act = ops::Fp8ActScaling::kPerGroup;
+  H3_CHECK(block == (act == ops::Fp8ActScaling::kPerGroup), ErrorCode::kInvalidArgument,
+           "--scaling ", ops::fp8_weight_scaling_name(scaling), " with --act ",
+           ops::fp8_act_scaling_name(act),
+           " does not run on the FP8 tensor cores (expected --scaling channel with --act token or "
+           "tensor, or --scaling block with --act group)");
+  H3_CHECK(!block || (algos == 0 && search == 0), ErrorCode::kInvalidArgument,
+           "--algos and --search time the per-channel GEMM only (not with --scaling block)");
   H3_CHECK(h3::cuda_available(), ErrorCode::kUnsupported,
            "h3 bench fp8 needs a CUDA device (none in this build or machine)");
   const h3::Device dev = h3::Device::cuda(0);
-  nlohmann::json out = {
-      {"rows", rows}, {"act", ops::fp8_act_scaling_name(act)}, {"shapes", nlohmann::json::array()}};
+  nlohmann::json out = {{"rows", rows},
+                        {"scaling", ops::fp8_weight_scaling_name(scaling)},
+                        {"act", ops::fp8_act_scaling_name(act)},
+                        {"shapes", nlohmann::json::array()}};
   if (!json)
     std::printf("%-9s %6s %6s | %9s %8s | %9s %8s | %7s | %9s %8s | %11s | %9s\n", "layer", "K",
                 "N", "bf16 ms", "TFLOP/s", "fp8 ms", "TFLOP/s", "speedup", "gemm ms", "TFLOP/s",
@@ -130,7 +152,7 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     Tensor w = Tensor::empty({s.n, s.k}, h3::DType::kBF16, dev);
     ops::fill_random(x, 1, 0.0f, 1.0f);
     ops::fill_random(w, 2, 0.0f, 0.02f);
-    const ops::Fp8Weight wq = ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerChannel);
+    const ops::Fp8Weight wq = ops::quantize_weight_fp8(w, scaling);
     const double flops =
         2.0 * static_cast<double>(rows) * static_cast<double>(s.k) * static_cast<double>(s.n);
     const double bf16_ms = median_ms(warmup, iters, [&] { (void)ops::linear(x, w, nullptr); });
@@ -145,8 +167,11 @@ int run_bench_fp8(const std::vector<std::string>& args) {
     Tensor bias = Tensor::empty({s.n}, h3::DType::kBF16, dev);
     ops::fill_random(bias, 3, 0.0f, 0.02f);
     const double bias_ms = median_ms(warmup, iters, [&] { (void)ops::linear_fp8(xq, wq, &bias); });
-    const bool bias_epilogue = ops::cuda::linear_fp8_bias_in_epilogue(
-        rows, s.n, s.k, h3::DType::kBF16, h3::DType::kBF16, dev.index);
+    // (The question is asked of the per-channel kernels; with --scaling block the column says
+    // nothing.)
+    const bool bias_epilogue =
+        !block && ops::cuda::linear_fp8_bias_in_epilogue(rows, s.n, s.k, h3::DType::kBF16,
+                                                         h3::DType::kBF16, dev.index);
     nlohmann::json sweep = nlohmann::json::array();
     for (bool fast : {false, true}) {
       if (algos == 0) break;

@@ -11,6 +11,7 @@
 #include "media/video_io.h"
 #include "media/wav_io.h"
 #include "models/h3_dit/dit_model.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 #include "ops/vsa.h"
 
@@ -142,19 +143,26 @@ const char* generate_flags_help() {
          "per-token\n"
          "                           activation scales; opt-in, quality only judged on released "
          "weights\n"
+         "  --fp8-scaling S          with --dit-dtype fp8: channel (default; per output channel,\n"
+         "                           activations per token) or block (128 x 128 weight blocks,\n"
+         "                           activations per token and 128 columns)\n"
          "  --text-encoder-dtype D   bf16 (default) or fp8: the conditioner's decoder projections\n"
          "                           the same way (its embeddings and vision tower unchanged)\n"
          "  --dit-rounding R         eager (every rounding of the eager reference) or fused "
          "(single-\n"
          "                           rounding kernels, the reference's optional fusions); default\n"
          "                           fused on CUDA, eager on the CPU\n"
-         "  --vae-dtype D            f16 (default: the reference's fp16 autocast) or fp8: the video VAE\n"
+         "  --vae-dtype D            f16 (default: the reference's fp16 autocast) or fp8: the "
+         "video VAE\n"
          "                           decoder blocks' GEMMs in E4M3 (per-channel weight, per-token\n"
-         "                           activation scales); opt-in, h3 bench vae --vae-dtype fp8 reports\n"
+         "                           activation scales); opt-in, h3 bench vae --vae-dtype fp8 "
+         "reports\n"
          "                           its PSNR against f16\n"
-         "  --vae-attention K        the video VAE decoder's attention kernel: auto (default), hopper\n"
+         "  --vae-attention K        the video VAE decoder's attention kernel: auto (default), "
+         "hopper\n"
          "                           (wgmma, compute capability 9.0), mma (mma.sync) or generic\n"
-         "  --vae-tile-batch N       spatial tiles of a window the video VAE decodes in one forward\n"
+         "  --vae-tile-batch N       spatial tiles of a window the video VAE decodes in one "
+         "forward\n"
          "                           (default 0: automatic on CUDA, 1 on the CPU); fewer use less\n"
          "                           memory (README: speed and memory at 1, 4 and 14)\n"
          "  --vsa-tile-size 64|256   VSA tile edge (default 64)\n"
@@ -283,6 +291,8 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
                "--dit-dtype must be bf16 or fp8, got '", v, "'");
       eo.dit_fp8 = v == "fp8";
+    } else if (a == "--fp8-scaling") {
+      eo.dit_fp8_scaling = h3::ops::parse_fp8_weight_scaling(v);
     } else if (a == "--text-encoder-dtype") {
       H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
                "--text-encoder-dtype must be bf16 or fp8, got '", v, "'");

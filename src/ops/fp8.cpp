@@ -40,8 +40,9 @@ Fp8WeightScaling parse_fp8_weight_scaling(const std::string& text) {
 Fp8ActScaling parse_fp8_act_scaling(const std::string& text) {
   if (text == "token") return Fp8ActScaling::kPerToken;
   if (text == "tensor") return Fp8ActScaling::kPerTensor;
+  if (text == "group") return Fp8ActScaling::kPerGroup;
   fail(ErrorCode::kInvalidArgument, "FP8 activation scaling '", text,
-       "' is not known (expected token or tensor)");
+       "' is not known (expected token, tensor or group)");
 }
 
 const char* fp8_weight_scaling_name(Fp8WeightScaling s) {
@@ -49,7 +50,15 @@ const char* fp8_weight_scaling_name(Fp8WeightScaling s) {
 }
 
 const char* fp8_act_scaling_name(Fp8ActScaling s) {
-  return s == Fp8ActScaling::kPerToken ? "token" : "tensor";
+  switch (s) {
+    case Fp8ActScaling::kPerToken:
+      return "token";
+    case Fp8ActScaling::kPerTensor:
+      return "tensor";
+    case Fp8ActScaling::kPerGroup:
+      return "group";
+  }
+  return "?";
 }
 
 Fp8Weight quantize_weight_fp8(const Tensor& w, Fp8WeightScaling scaling) {
@@ -139,25 +148,32 @@ Tensor fake_quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
   const int64_t rows = k ? x.numel() / k : 0;
   std::vector<float> v = x.to_f32_vector();
   // amax propagates NaN (a NaN compares false with max), so a bad token poisons its own scale.
-  auto amax_of = [&](int64_t r0, int64_t r1) {
+  // Both work on the flat values [i0, i1): a whole tensor, a row, or a row's run of 128 columns.
+  auto amax_of = [&](int64_t i0, int64_t i1) {
     float a = 0.0f;
-    for (int64_t i = r0 * k; i < r1 * k; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       const float m = std::fabs(v[static_cast<size_t>(i)]);
       a = (std::isnan(m) || std::isnan(a)) ? NAN : std::max(a, m);
     }
     return a;
   };
-  auto apply = [&](int64_t r0, int64_t r1, float amax) {
+  auto apply = [&](int64_t i0, int64_t i1) {
+    const float amax = amax_of(i0, i1);
     const float s = std::isfinite(amax) ? scale_for(amax) : NAN;
-    for (int64_t i = r0 * k; i < r1 * k; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       float& e = v[static_cast<size_t>(i)];
       e = std::isfinite(s) ? f8e4m3_to_f32(f8e4m3_from_f32(e / s)) * s : NAN;
     }
   };
   if (act == Fp8ActScaling::kPerTensor) {
-    apply(0, rows, amax_of(0, rows));
+    apply(0, rows * k);
+  } else if (act == Fp8ActScaling::kPerGroup) {
+    // The last run of a row is shorter when K is not a multiple of 128.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c0 = 0; c0 < k; c0 += kFp8BlockSize)
+        apply(r * k + c0, r * k + std::min(k, c0 + kFp8BlockSize));
   } else {
-    for (int64_t r = 0; r < rows; ++r) apply(r, r + 1, amax_of(r, r + 1));
+    for (int64_t r = 0; r < rows; ++r) apply(r * k, (r + 1) * k);
   }
   return Tensor::from_f32(v, x.shape(), DType::kF32);
 }
@@ -197,6 +213,7 @@ Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act) {
   out.data = fake_quantize_activation_fp8(x, act).reshape({rows, k});
   out.shape = x.shape();
   out.dtype = x.dtype();
+  out.scaling = act;
   return out;
 }
 
@@ -240,24 +257,36 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
   return x.dtype == DType::kF32 ? y : y.to(x.dtype);
 }
 
-void quantize_projection_fp8(Tensor& w, Tensor& scale) {
+void quantize_projection_fp8(Tensor& w, Tensor& scale, Fp8WeightScaling scaling) {
   if (!w.defined() || w.dtype() == DType::kF8E4M3) return;
-  Fp8Weight q = quantize_weight_fp8(w, Fp8WeightScaling::kPerChannel);
+  Fp8Weight q = quantize_weight_fp8(w, scaling);
   w = std::move(q.data);
   scale = std::move(q.scale);
+}
+
+Fp8Weight projection_fp8(const Tensor& w, const Tensor& scale) {
+  return {w, scale, scale.dim() == 2 ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel};
+}
+
+Fp8ActScaling projection_act_scaling(const Tensor& scale) {
+  return scale.dim() == 2 ? Fp8ActScaling::kPerGroup : Fp8ActScaling::kPerToken;
 }
 
 Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
                          const Tensor* bias) {
   if (w.dtype() != DType::kF8E4M3) return linear(x, w, bias);
-  return linear_fp8(x, {w, scale, Fp8WeightScaling::kPerChannel}, bias, Fp8ActScaling::kPerToken);
+  return linear_fp8(x, projection_fp8(w, scale), bias, projection_act_scaling(scale));
 }
 
 Tensor linear_projection(const Tensor& x, Fp8Activation& xq, const Tensor& w, const Tensor& scale,
                          const Tensor* bias) {
   if (w.dtype() != DType::kF8E4M3) return linear(x, w, bias);
-  if (!xq.defined()) xq = quantize_activation_fp8(x, Fp8ActScaling::kPerToken);
-  return linear_fp8(xq, {w, scale, Fp8WeightScaling::kPerChannel}, bias);
+  const Fp8ActScaling act = projection_act_scaling(scale);
+  if (!xq.defined()) xq = quantize_activation_fp8(x, act);
+  // A weight of the other scaling beside the shared one (not a layout the models make) gets its
+  // own quantized x rather than a mismatched one.
+  if (xq.scaling != act) return linear_fp8(x, projection_fp8(w, scale), bias, act);
+  return linear_fp8(xq, projection_fp8(w, scale), bias);
 }
 
 }  // namespace h3::ops

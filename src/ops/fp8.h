@@ -2,7 +2,8 @@
 //
 // A weight [N, K] is stored as E4M3 values with float32 scales, either one per output channel
 // ([N]) or one per 128 x 128 block ([ceil(N/128), ceil(K/128)]), and stands for value x scale.
-// The activations are quantized to E4M3 as the GEMM runs, with one scale per token (row) or one
+// The activations are quantized to E4M3 as the GEMM runs, with one scale per token (row), one
+// per token and 128 columns (a "group", the activations' side of 128 x 128 weight blocks), or one
 // for the whole tensor; products accumulate in float32 and the output takes x's dtype. A scale is
 // amax / 448 (E4M3's largest finite value), so the largest magnitude of a channel, block, token or
 // tensor lands on 448 and nothing saturates; an all-zero group gets the scale 1.
@@ -13,9 +14,9 @@
 // float32 rounding (an E4M3 value times a float32 scale needs 28 significant bits).
 //
 // On CUDA (ops/cuda/fp8.cu) the quantization is the same bits. linear_fp8 runs on the FP8 tensor
-// cores (cuBLASLt, per-channel x per-token scale vectors) when the weight has per-channel scales,
-// K is a multiple of 16 and N of 8; otherwise, per-block scales included for now, it multiplies
-// the dequantized operands in float32 as the CPU does.
+// cores (cuBLASLt) for per-channel weights with per-token (or per-tensor) activations, and for
+// per-block weights with per-group activations, when K is a multiple of 16 and N of 8; other
+// pairings multiply the dequantized operands in float32 as the CPU does.
 #pragma once
 
 #include <cstddef>
@@ -30,10 +31,10 @@ inline constexpr float kFp8E4M3Max = 448.0f;
 inline constexpr int64_t kFp8BlockSize = 128;
 
 enum class Fp8WeightScaling { kPerChannel, kPerBlock };
-enum class Fp8ActScaling { kPerToken, kPerTensor };
+enum class Fp8ActScaling { kPerToken, kPerTensor, kPerGroup };
 
-// "channel" | "block"; "token" | "tensor" (the CLI's words). Anything else is kInvalidArgument
-// naming what was given and what is accepted.
+// "channel" | "block"; "token" | "tensor" | "group" (the CLI's words). Anything else is
+// kInvalidArgument naming what was given and what is accepted.
 Fp8WeightScaling parse_fp8_weight_scaling(const std::string& text);
 Fp8ActScaling parse_fp8_act_scaling(const std::string& text);
 const char* fp8_weight_scaling_name(Fp8WeightScaling s);
@@ -73,11 +74,16 @@ Tensor linear_fp8(const Tensor& x, const Fp8Weight& w, const Tensor* bias, Fp8Ac
 // projections read the same modulated rows, and quantizing them once instead of four times
 // saves three passes over the largest activation of the block. The values are those
 // fake_quantize_activation_fp8 gives; linear_fp8 over it equals linear_fp8 over the float x.
+// On CUDA, per-group activations are laid out as cuBLASLt's 128-element block scaling takes them:
+// the rows padded to a multiple of 4 (the padding rows zero, scale 1) and the scales token-major,
+// scale[g * M4 + row] for the 128 columns of group g.
 struct Fp8Activation {
-  Tensor data;   // CUDA: E4M3 [M, K]; CPU: the fake-quantized values, float32 [M, K]
-  Tensor scale;  // CUDA: F32 [M], one per row (per-tensor scaling repeats it); CPU: undefined
+  Tensor data;   // CUDA: E4M3 [M, K] ([M4, K] per group); CPU: fake-quantized, float32 [M, K]
+  Tensor scale;  // CUDA: F32 [M], one per row (per-tensor scaling repeats it), or F32
+                 // [ceil(K/128), M4] per group; CPU: undefined
   Shape shape;   // x's shape: the outputs' but for the last dimension
   DType dtype = DType::kF32;  // x's dtype: the outputs'
+  Fp8ActScaling scaling = Fp8ActScaling::kPerToken;
 
   bool defined() const { return data.defined(); }
 };
@@ -100,16 +106,23 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
                                     Fp8ActScaling act);
 
 // A model's projection weight that may have been quantized at load (--dit-dtype fp8,
-// --text-encoder-dtype fp8): `w` is then E4M3 [N, K] and `scale` its per-channel scales [N].
+// --text-encoder-dtype fp8): `w` is then E4M3 [N, K] and `scale` its per-channel scales [N], or
+// its 128 x 128 block scales [ceil(N/128), ceil(K/128)] (the scale's rank tells them apart).
 // Replaces a float w by its E4M3 values and fills `scale`, where w lives; the float tensor is
 // released here (when nothing else holds it), before the caller quantizes the next one.
-void quantize_projection_fp8(Tensor& w, Tensor& scale);
-// x W^T (+ bias): the FP8 GEMM with activations quantized per token for an E4M3 w, else
-// ops::linear.
+void quantize_projection_fp8(Tensor& w, Tensor& scale,
+                             Fp8WeightScaling scaling = Fp8WeightScaling::kPerChannel);
+// The FP8 weight a projection's (w, scale) pair stands for, and the activation scaling its GEMM
+// pairs with on the tensor cores: per token for per-channel weights, per group for blocks.
+Fp8Weight projection_fp8(const Tensor& w, const Tensor& scale);
+Fp8ActScaling projection_act_scaling(const Tensor& scale);
+// x W^T (+ bias): the FP8 GEMM with activations quantized as the weight pairs with for an E4M3
+// w, else ops::linear.
 Tensor linear_projection(const Tensor& x, const Tensor& w, const Tensor& scale,
                          const Tensor* bias = nullptr);
-// The same for several projections of one x: `xq` is x quantized per token once (made on the
-// first FP8 weight that needs it, then reused); float weights read x itself.
+// The same for several projections of one x: `xq` is x quantized once (made on the first FP8
+// weight that needs it, then reused by the weights that pair with the same activation scaling);
+// float weights read x itself.
 Tensor linear_projection(const Tensor& x, Fp8Activation& xq, const Tensor& w, const Tensor& scale,
                          const Tensor* bias = nullptr);
 

@@ -199,6 +199,7 @@ dit::DitModel& Engine::transformer(Receipt& rc, bool reference) {
   dopt.precision = dit_precision_of(options_);
   dopt.rounding = dit_rounding_of(options_);
   dopt.fp8 = options_.dit_fp8;
+  dopt.fp8_scaling = options_.dit_fp8_scaling;
   dopt.attention = options_.attention;
   dopt.vsa = options_.vsa;
   // --cpu-offload streams every block; a plan that chose cpu-offload keeps as many blocks on the

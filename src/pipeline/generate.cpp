@@ -17,6 +17,7 @@
 #include "models/h3_dit/dit_model.h"
 #include "models/qwen3_vl/qwen3_vl_model.h"
 #include "models/video_vae/video_vae_model.h"
+#include "ops/fp8.h"
 #include "ops/ops.h"
 #include "pipeline/engine.h"
 #include "pipeline/scheduler.h"
@@ -443,7 +444,10 @@ void Generation::prepare() {
   rc.set("device", g.engine.device().str());
   rc.set("attention", dit::attention_backend_name(g.engine.options().attention));
   rc.set("dit_rounding", g.engine.dit_rounding() == dit::DitRounding::kFused ? "fused" : "eager");
-  if (g.engine.options().dit_fp8) rc.set("dit_dtype", "fp8");
+  if (g.engine.options().dit_fp8) {
+    rc.set("dit_dtype", "fp8");
+    rc.set("dit_fp8_scaling", ops::fp8_weight_scaling_name(g.engine.options().dit_fp8_scaling));
+  }
   if (g.engine.options().text_encoder_fp8) rc.set("text_encoder_dtype", "fp8");
   if (g.engine.options().vae_fp8) rc.set("vae_dtype", "fp8");
   g.done = 1;

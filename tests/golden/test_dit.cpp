@@ -30,17 +30,19 @@ constexpr double kFp8L2 = 4.1e-2;
 
 // One model per (partition, precision, rounding), loaded on first use.
 const dit::DitModel& model_for(const std::string& partition, dit::DitPrecision precision,
-                               dit::DitRounding rounding, bool fp8 = false) {
+                               dit::DitRounding rounding, bool fp8 = false,
+                               ops::Fp8WeightScaling scaling = ops::Fp8WeightScaling::kPerChannel) {
   static std::map<std::string, std::unique_ptr<dit::DitModel>> cache;
   const std::string key = partition + "/" + dit::precision_name(precision) +
                           (rounding == dit::DitRounding::kEager ? "/eager" : "/fused") +
-                          (fp8 ? "/fp8" : "");
+                          (fp8 ? std::string("/fp8-") + ops::fp8_weight_scaling_name(scaling) : "");
   auto it = cache.find(key);
   if (it == cache.end()) {
     dit::DitOptions opt;
     opt.precision = precision;
     opt.rounding = rounding;
     opt.fp8 = fp8;
+    opt.fp8_scaling = scaling;
     const std::string dir = test::Golden::get()->checkpoint_dir() + "/" + partition;
     it = cache.emplace(key, std::make_unique<dit::DitModel>(dit::DitModel::load(dir, opt))).first;
   }
@@ -198,8 +200,9 @@ TEST(DitGolden, Bf16EmulationFloor) { run_bf16(dit::DitRounding::kEager, "bf16-e
 TEST(DitGolden, Bf16FusedRounding) { run_bf16(dit::DitRounding::kFused, "bf16-fused"); }
 
 // --dit-dtype fp8 on the CPU (the E4M3 emulation of ops/fp8.h) against the float32 golden, next
-// to the bf16 emulation it replaces: the FP8 output must differ from the bf16 one (the option
-// takes effect) and stay within kFp8L2 of the golden.
+// to the bf16 emulation it replaces, per channel and (--fp8-scaling block) per 128 x 128 block:
+// each FP8 output must differ from the bf16 one (the option takes effect) and stay within kFp8L2 of
+// the golden; the two scalings' errors are printed side by side.
 TEST(DitGolden, Fp8EmulationAgainstBf16) {
   H3_GOLDEN_CASES_OR_SKIP(all, "dit");
   std::string skipped;
@@ -215,21 +218,29 @@ TEST(DitGolden, Fp8EmulationAgainstBf16) {
     const dit::DitOutputs f =
         model_for(part, dit::DitPrecision::kBF16, dit::DitRounding::kEager, /*fp8=*/true)
             .forward(d.in, nullptr);
+    const dit::DitOutputs fb = model_for(part, dit::DitPrecision::kBF16, dit::DitRounding::kEager,
+                                         /*fp8=*/true, ops::Fp8WeightScaling::kPerBlock)
+                                   .forward(d.in, nullptr);
     for (const char* name : {"out.sample", "out.audio_sample"}) {
       // A case may store one output only (another golden folder): compare what it has.
-      const Tensor& ours_b = std::string(name) == "out.sample" ? b.video : b.audio;
-      const Tensor& ours_f = std::string(name) == "out.sample" ? f.video : f.audio;
+      const bool video = std::string(name) == "out.sample";
+      const Tensor& ours_b = video ? b.video : b.audio;
       if (!d.has(name) || !ours_b.defined()) continue;
       ++compared;
       const Tensor want = d.get(name);
       const Tensor got_b = host(ours_b);
-      const Tensor got_f = host(ours_f);
+      const Tensor got_f = host(video ? f.video : f.audio);
+      const Tensor got_fb = host(video ? fb.video : fb.audio);
       const test::Metrics sb = test::compare(got_b, want);
       const test::Metrics sf = test::compare(got_f, want);
-      std::printf("[dit fp8] %s %s: rel_l2 bf16 %.3e, fp8 %.3e\n", c.file.c_str(), name, sb.rel_l2,
-                  sf.rel_l2);
+      const test::Metrics sfb = test::compare(got_fb, want);
+      std::printf("[dit fp8] %s %s: rel_l2 bf16 %.3e, fp8 per channel %.3e, per block %.3e\n",
+                  c.file.c_str(), name, sb.rel_l2, sf.rel_l2, sfb.rel_l2);
       EXPECT_NE(test::compare(got_f, got_b).max_abs, 0.0) << name << ": fp8 changed nothing";
+      EXPECT_NE(test::compare(got_fb, got_f).max_abs, 0.0)
+          << name << ": block scaling changed nothing";
       EXPECT_LE(sf.rel_l2, kFp8L2) << name;
+      EXPECT_LE(sfb.rel_l2, kFp8L2) << name << " (per block)";
     }
   }
   EXPECT_GT(compared, 0) << "no case stores out.sample or out.audio_sample";

@@ -1,7 +1,7 @@
 // `h3 bench e2e` on the tiny model, on the CPU, as a user runs it: the JSON has one object per
 // generation with the stages, the bytes loaded (none on a warm generation, nothing is reloaded),
 // ms per block and the plan; --random-weights changes the generation; bad flags are refused.
-// Also `h3 bench vae`'s output dtype.
+// Also `h3 bench vae`'s output dtype and `h3 bench fp8`'s refusals.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -134,6 +134,30 @@ TEST(BenchVaeCli, OutputIsTheDecoderDtypeUnlessF32Asked) {
   r = run_h3(base + " --f32-output");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("f32 (cpu) |"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace h3::test
+
+namespace h3::test {
+namespace {
+
+// `h3 bench fp8` refuses scalings the FP8 tensor cores do not pair (it would time the float32
+// fallback) before it looks for a GPU, naming the flags.
+TEST(BenchFp8Cli, UnpairedScalingsAreRefusedByName) {
+  H3_REQUIRE_BIN();
+  RunResult r = run_h3("bench fp8 --scaling block --act token");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--scaling block with --act token"), std::string::npos) << r.output;
+  r = run_h3("bench fp8 --act group");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--scaling channel with --act group"), std::string::npos) << r.output;
+  r = run_h3("bench fp8 --scaling block --search 4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--search"), std::string::npos) << r.output;
+  r = run_h3("bench fp8 --scaling rows");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("'rows'"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -251,6 +251,7 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
   mo.precision = o.precision;
   mo.rounding = o.rounding;
   mo.fp8 = o.fp8;
+  mo.fp8_scaling = o.fp8_scaling;
   mo.attention = o.attention;
   mo.vsa.tile_size = o.vsa_tile_size;
   mo.vsa.sparsity = o.vsa_sparsity;

@@ -27,9 +27,10 @@ Tensor lora_linear(const Tensor& x, const Tensor& w, const RuntimeLora& lora,
   return add_lora(x, ops::linear(x, w, bias), lora);
 }
 
-// A block projection: an FP8 weight (E4M3 with its per-channel `scale`, DitOptions::fp8) runs
-// the FP8 GEMM with the activations quantized per token (once per x: `xq` carries them to the
-// next projection of the same x); any other weight, the plain linear.
+// A block projection: an FP8 weight (E4M3 with its per-channel or per-block `scale`,
+// DitOptions::fp8) runs the FP8 GEMM with the activations quantized per token or per group (once
+// per x: `xq` carries them to the next projection of the same x); any other weight, the plain
+// linear.
 Tensor block_linear(const Tensor& x, ops::Fp8Activation& xq, const Tensor& w, const Tensor& scale,
                     const RuntimeLora& lora) {
   return add_lora(x, ops::linear_projection(x, xq, w, scale), lora);
@@ -139,7 +140,7 @@ DitModel DitModel::from_checkpoint(const DitConfig& config, const io::Checkpoint
   const bool streams = m.resident_blocks_ < config.num_layers;
   m.weights_ =
       load_dit_weights(config, ckpt, {options.device, m.act_, streams ? m.resident_blocks_ : -1});
-  if (options.fp8) quantize_block_linears_fp8(m.weights_);
+  if (options.fp8) quantize_block_linears_fp8(m.weights_, options.fp8_scaling);
   m.init_common();
   return m;
 }
@@ -156,7 +157,7 @@ DitModel DitModel::from_weights(const DitConfig& config, DitWeights weights,
            ErrorCode::kInvalidArgument, "DiT weights have ", weights.blocks.size(),
            " blocks, the config has ", config.num_layers);
   m.weights_ = std::move(weights);
-  if (options.fp8) quantize_block_linears_fp8(m.weights_);
+  if (options.fp8) quantize_block_linears_fp8(m.weights_, options.fp8_scaling);
   if (m.resident_blocks_ < config.num_layers) {
     pin_blocks(m.weights_.blocks, m.act_, static_cast<size_t>(m.resident_blocks_));
   }
@@ -315,10 +316,9 @@ Tensor DitModel::feed_forward(const Tensor& b, ops::Fp8Activation bq,
   if (fp8_only_reader({{&w.fc_out, &w.fc_out_lora}})) {
     // Only the FP8 GEMM reads the product: it goes straight to E4M3 (the same bits as swiglu,
     // then quantize), the largest activation of the block never written in bf16.
-    const ops::Fp8Activation hq = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
+    const ops::Fp8Activation hq = ops::swiglu_fp8(u, ops::projection_act_scaling(w.fc_out_scale));
     part("SwiGLU");
-    Tensor out = ops::linear_fp8(hq, {w.fc_out, w.fc_out_scale, ops::Fp8WeightScaling::kPerChannel},
-                                 nullptr);
+    Tensor out = ops::linear_fp8(hq, ops::projection_fp8(w.fc_out, w.fc_out_scale), nullptr);
     part("GEMM ffn out");
     return out;
   }
@@ -546,7 +546,7 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
                        {&at.to_v, &at.to_v_lora},
                        {&at.to_gate, &at.to_gate_lora}})) {
     aq = ops::rms_norm_modulate_fp8(x_in, &b.norm1, eps, scale_msa, shift_msa, adaln_rows,
-                                    ops::Fp8ActScaling::kPerToken);
+                                    ops::projection_act_scaling(at.to_q_scale));
   } else {
     a = norm_modulate(x_in, b.norm1, eps, scale_msa, shift_msa, adaln_rows);
   }
@@ -560,7 +560,7 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   ops::Fp8Activation hq;
   if (fp8_only_reader({{&b.ff.fc_in, &b.ff.fc_in_lora}})) {
     hq = ops::rms_norm_modulate_fp8(x, &b.norm2, eps, scale_mlp, shift_mlp, adaln_rows,
-                                    ops::Fp8ActScaling::kPerToken);
+                                    ops::projection_act_scaling(b.ff.fc_in_scale));
   } else {
     h = norm_modulate(x, b.norm2, eps, scale_mlp, shift_mlp, adaln_rows);
   }

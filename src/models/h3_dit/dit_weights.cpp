@@ -77,14 +77,15 @@ std::vector<Tensor*> block_tensor_list(DitBlockWeights& b) {
 
 namespace {
 
-uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f) {
+uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f,
+                                ops::Fp8WeightScaling scaling) {
   const std::pair<Tensor*, Tensor*> linears[] = {
       {&a.to_q, &a.to_q_scale},     {&a.to_k, &a.to_k_scale},       {&a.to_v, &a.to_v_scale},
       {&a.to_out, &a.to_out_scale}, {&a.to_gate, &a.to_gate_scale}, {&f.fc_in, &f.fc_in_scale},
       {&f.fc_out, &f.fc_out_scale}};
   uint64_t bytes = 0;
   for (auto [w, scale] : linears) {
-    ops::quantize_projection_fp8(*w, *scale);
+    ops::quantize_projection_fp8(*w, *scale, scaling);
     if (w->defined()) bytes += w->nbytes() + (scale->defined() ? scale->nbytes() : 0);
   }
   return bytes;
@@ -92,14 +93,15 @@ uint64_t quantize_attention_fp8(DitAttentionWeights& a, DitFeedForwardWeights& f
 
 }  // namespace
 
-uint64_t quantize_block_linears_fp8(DitWeights& w) {
+uint64_t quantize_block_linears_fp8(DitWeights& w, ops::Fp8WeightScaling scaling) {
   uint64_t bytes = 0;
   for (DitBlockWeights& b : w.blocks) {
-    bytes += quantize_attention_fp8(b.attn, b.ff);
-    ops::quantize_projection_fp8(b.adaln_w, b.adaln_scale);
+    bytes += quantize_attention_fp8(b.attn, b.ff, scaling);
+    ops::quantize_projection_fp8(b.adaln_w, b.adaln_scale, scaling);
     if (b.adaln_scale.defined()) bytes += b.adaln_w.nbytes() + b.adaln_scale.nbytes();
   }
-  for (DitRefinerBlockWeights& b : w.refiner) bytes += quantize_attention_fp8(b.attn, b.ff);
+  for (DitRefinerBlockWeights& b : w.refiner)
+    bytes += quantize_attention_fp8(b.attn, b.ff, scaling);
   return bytes;
 }
 

@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_config.h"
+#include "ops/fp8.h"
 
 namespace h3::dit {
 
@@ -99,7 +100,9 @@ DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& config, const std::s
 // per-output-channel scales, quantized where they live, one tensor at a time, so that no second
 // full copy of the weights exists. The embedders, heads, norms and the modulation arithmetic keep
 // their dtype. Returns the bytes the quantized weights take (values and scales).
-uint64_t quantize_block_linears_fp8(DitWeights& w);
+// `scaling`: per output channel (the default) or per 128 x 128 block (--fp8-scaling block).
+uint64_t quantize_block_linears_fp8(
+    DitWeights& w, ops::Fp8WeightScaling scaling = ops::Fp8WeightScaling::kPerChannel);
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
 // islands (kBF16 as the release stores them, or kF32 to widen them exactly); the islands are always

@@ -34,9 +34,13 @@ void gemm(int64_t M, int64_t N, int64_t K, const GemmOperand& a, const GemmOpera
 // added in cuBLASLt's epilogue in float32 before the one rounding to C's dtype. Returns false,
 // computing nothing, when cuBLASLt has no kernel for the shape or that bias (the caller then
 // takes another path; the answer is cached per shape).
+// `block_scales`: w_scale holds one scale per 128 x 128 block of w, [ceil(N/128), L4] with L4 =
+// ceil(K/128) rounded up to a multiple of 4, and x_scale one per token and 128 columns, [L, M]
+// token-major; M and N multiples of 4, scales 16-byte aligned (cuBLASLt's block scaling on Hopper).
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
               const void* w_q, const float* w_scale, void* c, DType c_dtype, int device,
-              const void* bias = nullptr, DType bias_dtype = DType::kF32);
+              const void* bias = nullptr, DType bias_dtype = DType::kF32,
+              bool block_scales = false);
 // Whether gemm_fp8 has a kernel for the shape with 256-byte aligned operands (and, given
 // `bias_dtype`, a bias of that dtype in the epilogue): what a test asks to know which path ran.
 bool gemm_fp8_has_kernel(int64_t M, int64_t N, int64_t K, DType c_dtype, int device,

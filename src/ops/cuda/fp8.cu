@@ -68,6 +68,48 @@ __global__ void quantize_rows_kernel(const void* x, int xt, int64_t k, const uns
   }
 }
 
+// Per-group activations (ops/fp8.h): one block per row of the padded rows [m4, k], each warp
+// one run of 128 columns at a time (lane l takes columns l, l + 32, l + 64 and l + 96, so a warp's
+// loads are coalesced) with the run's own amax and scale. Rows from m on are the padding that
+// cuBLASLt's block scaling wants (a multiple of 4 rows): zero values, scale 1. The arithmetic is
+// quantize_rows_kernel's over a run instead of a row, so the bits are the CPU's.
+__global__ void quantize_groups_kernel(const void* x, int xt, int64_t m, int64_t m4, int64_t k,
+                                       uint8_t* q, float* scale, float* fq) {
+  const int64_t row = blockIdx.x, groups = (k + 127) / 128;
+  const int lane = threadIdx.x & 31;
+  for (int64_t g = threadIdx.x >> 5; g < groups; g += kThreads / 32) {
+    float v[4], a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = g * 128 + lane + 32 * j;
+      v[j] = row < m && c < k ? ld(x, xt, row * k + c) : 0.0f;
+      a = nan_max(a, fabsf(v[j]));
+    }
+    for (int o = 16; o > 0; o >>= 1) a = nan_max(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const float s = scale_of(a);
+    if (scale && lane == 0) scale[g * m4 + row] = s;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = g * 128 + lane + 32 * j;
+      if (c >= k) continue;
+      const uint8_t e = to_e4m3(__fdiv_rn(v[j], s));
+      if (q) q[row * k + c] = e;
+      if (fq && row < m)
+        fq[row * k + c] = isfinite(s) ? __fmul_rn(from_e4m3(e), s) : __int_as_float(0x7fffffff);
+    }
+  }
+}
+
+// The float32 values of per-group E4M3 rows: out [m, k] from q [m4, k] and scale [groups, m4].
+__global__ void dequantize_groups_kernel(const uint8_t* q, const float* scale, int64_t m,
+                                         int64_t m4, int64_t k, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < m * k;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t r = i / k, c = i - r * k;
+    out[i] = __fmul_rn(from_e4m3(q[i]), scale[(c / 128) * m4 + r]);
+  }
+}
+
 // Two 16-bit values as floats (exact for both formats).
 __device__ __forceinline__ float2 pair_to_float2(const __nv_bfloat162& h) { return __bfloat1622float2(h); }
 __device__ __forceinline__ float2 pair_to_float2(const __half2& h) { return __half22float2(h); }
@@ -235,10 +277,27 @@ void quantize_rows(const Tensor& x, int64_t rows, int64_t k, Fp8ActScaling act, 
   check_launch("fp8 quantize rows");
 }
 
+// Rows padded to what cuBLASLt's 128-element block scaling takes.
+int64_t group_rows(int64_t m) { return (m + 3) / 4 * 4; }
+
+// Quantizes x [m, k] (contiguous, on the current device) per group into q [m4, k] and scale
+// [groups, m4], and/or its float32 values into fq [m, k].
+void quantize_groups(const Tensor& x, int64_t m, int64_t m4, int64_t k, uint8_t* q, float* scale,
+                     float* fq) {
+  if (m4 == 0 || k == 0) return;
+  H3_CHECK(m4 <= 0x7fffffff, ErrorCode::kUnsupported, "ops::fp8: ", m4, " rows exceed one launch");
+  quantize_groups_kernel<<<static_cast<unsigned>(m4), kThreads, 0, current_stream()>>>(
+      x.raw(), dtype_code(x.dtype()), m, m4, k, q, scale, fq);
+  check_launch("fp8 quantize groups");
+}
+
 }  // namespace
 
-bool linear_fp8_uses_tensor_cores(int64_t n, int64_t k, Fp8WeightScaling scaling) {
-  return scaling == Fp8WeightScaling::kPerChannel && k > 0 && k % 16 == 0 && n % 8 == 0;
+bool linear_fp8_uses_tensor_cores(int64_t n, int64_t k, Fp8WeightScaling scaling,
+                                  Fp8ActScaling act) {
+  const bool pairing = scaling == Fp8WeightScaling::kPerChannel ? act != Fp8ActScaling::kPerGroup
+                                                                : act == Fp8ActScaling::kPerGroup;
+  return pairing && k > 0 && k % 16 == 0 && n % 8 == 0;
 }
 
 Fp8Weight quantize_weight_fp8(const Tensor& w_in, Fp8WeightScaling scaling) {
@@ -321,7 +380,10 @@ Tensor fake_quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   const Tensor x = contiguous(x_in);
   const int64_t k = x.size(-1), rows = k ? x.numel() / k : 0;
   Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
-  quantize_rows(x, rows, k, act, nullptr, nullptr, static_cast<float*>(out.raw()));
+  if (act == Fp8ActScaling::kPerGroup)
+    quantize_groups(x, rows, rows, k, nullptr, nullptr, static_cast<float*>(out.raw()));
+  else
+    quantize_rows(x, rows, k, act, nullptr, nullptr, static_cast<float*>(out.raw()));
   return out;
 }
 
@@ -344,7 +406,20 @@ Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   const int64_t k = x.size(-1);
   int64_t m = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  if (act == Fp8ActScaling::kPerGroup) {
+    const int64_t m4 = group_rows(m);
+    Fp8Activation out;
+    out.data = Tensor::empty({m4, k}, DType::kF8E4M3, x.device());
+    out.scale = Tensor::empty({(k + 127) / 128, m4}, DType::kF32, x.device());
+    out.shape = x.shape();
+    out.dtype = x.dtype();
+    out.scaling = act;
+    quantize_groups(x, m, m4, k, static_cast<uint8_t*>(out.data.raw()),
+                    static_cast<float*>(out.scale.raw()), nullptr);
+    return out;
+  }
   Fp8Activation out = empty_fp8_rows(m, k, x.shape(), x.dtype(), x.device());
+  out.scaling = act;
   quantize_rows(x, m, k, act, static_cast<uint8_t*>(out.data.raw()),
                 static_cast<float*>(out.scale.raw()), nullptr);
   return out;
@@ -401,31 +476,66 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
     require_same_device(x.data, *bias, "linear_fp8");
   }
   set_device_of(x.data);
-  const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
+  const bool groups = x.scaling == Fp8ActScaling::kPerGroup;
+  // x.data has m rows, or m padded to a multiple of 4 when quantized per group.
+  const int64_t n = w.out_features(), k = w.in_features(), rows = x.data.size(0);
+  int64_t m = 1;
+  for (size_t d = 0; d + 1 < x.shape.size(); ++d) m *= x.shape[d];
   const DType out_t = x.dtype;
   Shape out_shape = x.shape;
   out_shape.back() = n;
   const bool aligned = reinterpret_cast<uintptr_t>(w.data.raw()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(w.scale.raw()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(x.scale.raw()) % 16 == 0 &&
                        w.data.is_contiguous();
   // The float32 GEMM over the dequantized operands: the CPU oracle's own arithmetic, for what the
   // FP8 tensor cores do not take (and, should cuBLASLt have no FP8 kernel for a shape, that too).
   // The rows' E4M3 values times their scales are the fake-quantized activations bit for bit.
   auto dequantized = [&]() {
-    const Fp8Weight rows{x.data, x.scale, Fp8WeightScaling::kPerChannel};
-    const Tensor y = cuda::linear(cuda::dequantize_weight_fp8(rows, DType::kF32),
-                                  cuda::dequantize_weight_fp8(w, DType::kF32), bias);
+    Tensor xf;
+    if (groups) {
+      xf = Tensor::empty({m, k}, DType::kF32, x.data.device());
+      if (m * k > 0) {
+        dequantize_groups_kernel<<<grid_for(m * k, kThreads), kThreads, 0, current_stream()>>>(
+            static_cast<const uint8_t*>(x.data.raw()), static_cast<const float*>(x.scale.raw()), m,
+            rows, k, static_cast<float*>(xf.raw()));
+        check_launch("fp8 dequantize groups");
+      }
+    } else {
+      xf = cuda::dequantize_weight_fp8({x.data, x.scale, Fp8WeightScaling::kPerChannel},
+                                       DType::kF32);
+    }
+    const Tensor y = cuda::linear(xf, cuda::dequantize_weight_fp8(w, DType::kF32), bias);
     return (out_t == DType::kF32 ? y : cuda::cast(y, out_t)).reshape(out_shape);
   };
-  if (!linear_fp8_uses_tensor_cores(n, k, w.scaling) || !aligned || m == 0) return dequantized();
-  Tensor out = Tensor::empty(out_shape, out_t, x.data.device());
+  if (!linear_fp8_uses_tensor_cores(n, k, w.scaling, x.scaling) || !aligned || m == 0)
+    return dequantized();
   const auto* xs = static_cast<const float*>(x.scale.raw());
   const auto* ws = static_cast<const float*>(w.scale.raw());
+  // cuBLASLt reads 128 x 128 weight scales with each block row's stride a multiple of 4: a copy
+  // padded to that when ceil(K / 128) is not (a few KiB; the padding is never read).
+  Tensor ws_padded;
+  if (groups) {
+    const int64_t nb = w.scale.size(0), kb = w.scale.size(1), kb4 = (kb + 3) / 4 * 4;
+    if (kb4 != kb) {
+      ws_padded = Tensor::zeros({nb, kb4}, DType::kF32, w.scale.device());
+      H3_CUDA_CHECK(cudaMemcpy2DAsync(ws_padded.raw(), kb4 * sizeof(float), w.scale.raw(),
+                                      kb * sizeof(float), kb * sizeof(float), nb,
+                                      cudaMemcpyDeviceToDevice, current_stream()));
+      ws = static_cast<const float*>(ws_padded.raw());
+    }
+  }
+  // The GEMM's rows: per group, the padded ones, whose outputs are dropped.
+  auto rows_of = [&](const Tensor& full) {
+    return rows == m ? full.reshape(out_shape) : full.slice(0, 0, m).reshape(out_shape);
+  };
+  const int dev = x.data.device().index;
+  Tensor out = Tensor::empty({rows, n}, out_t, x.data.device());
   if (!bias) {
-    if (!gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t,
-                  x.data.device().index))
+    if (!gemm_fp8(rows, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t, dev, nullptr,
+                  DType::kF32, groups))
       return dequantized();
-    return out;
+    return rows_of(out);
   }
   // The bias joins in float32 before the one rounding to x's dtype, as on the CPU: in cuBLASLt's
   // epilogue where it has a kernel for that (a float32 copy of the output would cost three more
@@ -433,15 +543,16 @@ Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias
   const DType bt = bias->dtype();
   if (fusion_enabled("FP8_BIAS") && bias->is_contiguous() && bias->numel() == n &&
       (bt == DType::kF32 || bt == DType::kBF16 || bt == DType::kF16) &&
-      gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t,
-               x.data.device().index, bias->raw(), bt))
-    return out;
-  Tensor acc = Tensor::empty({m, n}, DType::kF32, x.data.device());
-  if (!gemm_fp8(m, n, k, x.data.raw(), xs, w.data.raw(), ws, acc.raw(), DType::kF32,
-                x.data.device().index))
+      gemm_fp8(rows, n, k, x.data.raw(), xs, w.data.raw(), ws, out.raw(), out_t, dev, bias->raw(),
+               bt, groups))
+    return rows_of(out);
+  Tensor acc = Tensor::empty({rows, n}, DType::kF32, x.data.device());
+  if (!gemm_fp8(rows, n, k, x.data.raw(), xs, w.data.raw(), ws, acc.raw(), DType::kF32, dev,
+                nullptr, DType::kF32, groups))
     return dequantized();
-  bias_add_cast(static_cast<const float*>(acc.raw()), n, bias, false, out.raw(), out_t, n, m, n);
-  return out;
+  Tensor y = Tensor::empty(out_shape, out_t, x.data.device());
+  bias_add_cast(static_cast<const float*>(acc.raw()), n, bias, false, y.raw(), out_t, n, m, n);
+  return y;
 }
 
 // The timing entry points' shared set-up: x and w checked, a bf16 output of their GEMM, then
@@ -454,8 +565,10 @@ static std::vector<Fp8AlgoTiming> time_linear_fp8(const Fp8Activation& x, const 
   require_same_device(x.data, w.data, op);
   set_device_of(x.data);
   const int64_t n = w.out_features(), k = w.in_features(), m = x.data.size(0);
-  H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling) && m > 0, ErrorCode::kUnsupported,
-           "ops::", op, ": ", m, " x ", k, " -> ", n, " does not run on the FP8 tensor cores");
+  H3_CHECK(linear_fp8_uses_tensor_cores(n, k, w.scaling, x.scaling) &&
+               x.scaling != Fp8ActScaling::kPerGroup && m > 0,
+           ErrorCode::kUnsupported, "ops::", op, ": ", m, " x ", k, " -> ", n,
+           " does not run on the FP8 tensor cores");
   Tensor out = Tensor::empty({m, n}, DType::kBF16, x.data.device());
   return time(m, n, k, x.data.raw(), static_cast<const float*>(x.scale.raw()), w.data.raw(),
               static_cast<const float*>(w.scale.raw()), out.raw(), x.data.device().index);
@@ -483,7 +596,8 @@ std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8We
 
 bool linear_fp8_bias_in_epilogue(int64_t m, int64_t n, int64_t k, DType out, DType bias_dtype,
                                  int device) {
-  if (!linear_fp8_uses_tensor_cores(n, k, Fp8WeightScaling::kPerChannel) ||
+  if (!linear_fp8_uses_tensor_cores(n, k, Fp8WeightScaling::kPerChannel,
+                                    Fp8ActScaling::kPerToken) ||
       !fusion_enabled("FP8_BIAS"))
     return false;
   return gemm_fp8_has_kernel(m, n, k, out, device, &bias_dtype);

@@ -33,9 +33,10 @@ bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Te
 bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act);
 
 // `h3 bench fp8 --algos N`: cuBLASLt's first N heuristic choices for the FP8 GEMM of x and w
-// (bf16 output, no bias; the tensor-core shapes only), each timed (median of `iters`), in the
-// heuristic's order: what the cached first choice leaves on the table. `fast_accum` times the
-// kernels without periodic float32 promotion of the accumulator (not what linear_fp8 runs).
+// (bf16 output, no bias; the tensor-core shapes with per-channel weights only), each timed (median
+// of `iters`), in the heuristic's order: what the cached first choice leaves on the table.
+// `fast_accum` times the kernels without periodic float32 promotion of the accumulator (not what
+// linear_fp8 runs).
 struct Fp8AlgoTiming {
   int index = 0;      // position in the heuristic's list (0: what linear_fp8 runs)
   double ms = 0.0;
@@ -68,8 +69,11 @@ bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act);
 bool linear_fp8_bias_in_epilogue(int64_t m, int64_t n, int64_t k, DType out, DType bias_dtype,
                                  int device);
 
-// Whether linear_fp8 takes the FP8 tensor-core path for these shapes (per-channel weight scales,
-// K a multiple of 16, N of 8); the other cases multiply the dequantized operands in float32.
-bool linear_fp8_uses_tensor_cores(int64_t n, int64_t k, Fp8WeightScaling scaling);
+// Whether linear_fp8 takes the FP8 tensor-core path for these shapes and scalings (per-channel
+// weights with per-token or per-tensor activations, or 128 x 128 weight blocks with per-group
+// activations; K a multiple of 16, N of 8); the other cases multiply the dequantized operands in
+// float32.
+bool linear_fp8_uses_tensor_cores(int64_t n, int64_t k, Fp8WeightScaling scaling,
+                                  Fp8ActScaling act);
 
 }  // namespace h3::ops::cuda

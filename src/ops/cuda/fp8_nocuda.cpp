@@ -38,7 +38,9 @@ std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation&, const Fp8Weig
                                              Fp8SearchStats*) {
   no_cuda("search_linear_fp8");
 }
-bool linear_fp8_uses_tensor_cores(int64_t, int64_t, Fp8WeightScaling) { return false; }
+bool linear_fp8_uses_tensor_cores(int64_t, int64_t, Fp8WeightScaling, Fp8ActScaling) {
+  return false;
+}
 bool quantizes_vectorized(const Tensor&, Fp8ActScaling) { return false; }
 bool linear_fp8_bias_in_epilogue(int64_t, int64_t, int64_t, DType, DType, int) { return false; }
 

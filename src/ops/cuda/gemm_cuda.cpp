@@ -163,19 +163,24 @@ const cublasLtMatmulAlgo_t* algo_for(const AlgoKey& key, LtContext& ctx, cublasL
 // column-major view, with outer-vector scales (per channel for W, per token for X) and, given a
 // bias, the bias epilogue: one per output channel, added in float32 to the scaled accumulator
 // before the one rounding to D's dtype.
+// `block_scales`: 128 x 128 weight blocks and activations per token and 128 columns instead
+// (cuBLASLt's BLK128x128 x VEC128 modes, which promote the accumulator per 128 columns anyway).
 struct Fp8Desc {
   cublasLtMatmulDesc_t d = nullptr;
   Fp8Desc(const float* w_scale, const float* x_scale, bool fast_accum, const void* bias = nullptr,
-          DType bias_dtype = DType::kF32) {
+          DType bias_dtype = DType::kF32, bool block_scales = false) {
     check_lt(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul desc");
     // Hopper's FP8 kernels take only this "TN" form, both operands K-contiguous, which is how a
     // linear layer stores them anyway.
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
     set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t), "fp8 transa");
     set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n), "fp8 transb");
-    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer, sizeof(outer), "fp8 weight scale mode");
-    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer, sizeof(outer), "fp8 activation scale mode");
+    const int32_t w_mode = block_scales ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                        : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const int32_t x_mode = block_scales ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                        : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof(w_mode), "fp8 weight scale mode");
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode), "fp8 activation scale mode");
     set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale), "fp8 weight scale pointer");
     set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale),
         "fp8 activation scale pointer");
@@ -279,8 +284,8 @@ namespace {
 const cublasLtMatmulAlgo_t* fp8_algo(LtContext& ctx, const Fp8Desc& desc, const Layout& la,
                                      const Layout& lb, const Layout& lc, int64_t M, int64_t N,
                                      int64_t K, DType c_dtype, int device, int64_t al_w,
-                                     int64_t al_x, int64_t al_c, const void* bias,
-                                     DType bias_dtype) {
+                                     int64_t al_x, int64_t al_c, const void* bias, DType bias_dtype,
+                                     bool block_scales) {
   AlgoKey key{};
   // Marker -1 keeps these apart from gemm()'s keys (whose first field, M, is positive).
   const int64_t vals[20] = {-1,
@@ -293,7 +298,8 @@ const cublasLtMatmulAlgo_t* fp8_algo(LtContext& ctx, const Fp8Desc& desc, const 
                             al_c,
                             device,
                             bias ? 1 + static_cast<int64_t>(bias_dtype) : 0,
-                            bias ? alignment_of(bias) : 0};
+                            bias ? alignment_of(bias) : 0,
+                            block_scales ? 1 : 0};
   std::memcpy(key.v, vals, sizeof(vals));
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   return algo_for(key, ctx, desc.d, la, lb, lc, al_w, al_x, al_c, &st);
@@ -326,17 +332,17 @@ Fp8AlgoTiming config_of(const cublasLtMatmulAlgo_t& a) {
 
 bool gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q, const float* x_scale,
               const void* w_q, const float* w_scale, void* c, DType c_dtype, int device,
-              const void* bias, DType bias_dtype) {
+              const void* bias, DType bias_dtype, bool block_scales) {
   if (M == 0 || N == 0) return true;
   std::lock_guard<std::mutex> lock(g_mutex);
   LtContext& ctx = context(device);
-  const Fp8Desc desc(w_scale, x_scale, false, bias, bias_dtype);
+  const Fp8Desc desc(w_scale, x_scale, false, bias, bias_dtype, block_scales);
   const Layout la(CUDA_R_8F_E4M3, K, N, K, 1, 0);
   const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
   const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
   const cublasLtMatmulAlgo_t* algo =
       fp8_algo(ctx, desc, la, lb, lc, M, N, K, c_dtype, device, alignment_of(w_q),
-               alignment_of(x_q), alignment_of(c), bias, bias_dtype);
+               alignment_of(x_q), alignment_of(c), bias, bias_dtype, block_scales);
   if (algo == nullptr) return false;
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(ctx.handle, desc.d, &alpha, w_q, la.l, x_q, lb.l, &beta, c, lc.l, c, lc.l,
@@ -360,7 +366,8 @@ bool gemm_fp8_has_kernel(int64_t M, int64_t N, int64_t K, DType c_dtype, int dev
   const Layout lb(CUDA_R_8F_E4M3, K, M, K, 1, 0);
   const Layout lc(cuda_type(c_dtype), N, M, N, 1, 0);
   return fp8_algo(ctx, desc, la, lb, lc, M, N, K, c_dtype, device, 256, 256, 256,
-                  bias_dtype ? aligned : nullptr, bias_dtype ? *bias_dtype : DType::kF32) != nullptr;
+                  bias_dtype ? aligned : nullptr, bias_dtype ? *bias_dtype : DType::kF32,
+                  false) != nullptr;
 }
 
 std::vector<Fp8AlgoTiming> sweep_gemm_fp8(int64_t M, int64_t N, int64_t K, const void* x_q,
