@@ -308,89 +308,102 @@ TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
   }
 }
 
-// The fused SwiGLU + per-token quantization (the FP8 feed-forward's output projection input)
-// against swiglu then quantize_activation_fp8: the same E4M3 bytes and row scales, with a row of
-// zeros (scale 1), one holding a NaN and one an infinity (their scales NaN), F a multiple of 8 but
-// not of the block's 256 threads x 8, and leading dimensions folded into rows.
+// The fused SwiGLU + quantization (the FP8 feed-forward's output projection input), per token and
+// per group, against swiglu then quantize_activation_fp8: the same E4M3 bytes and scales, with a
+// row of zeros (scale 1), one holding a NaN and one an infinity (their scales NaN), and leading
+// dimensions folded into rows.
 TEST(CudaFusion, SwigluFp8EqualsSwigluThenQuantize) {
   H3_REQUIRE_CUDA();
-  const int64_t m = 29, f = 2056;
-  std::vector<float> v = randn({m, 2 * f}, DType::kF32, 41).to_f32_vector();
-  for (size_t i = 0; i < v.size(); i += 137) v[i] *= 30.0f;
-  for (int64_t c = 0; c < 2 * f; ++c) v[static_cast<size_t>(4 * 2 * f + c)] = 0.0f;
-  v[static_cast<size_t>(7 * 2 * f + 11)] = std::nanf("");  // a value: NaN product
-  v[static_cast<size_t>(9 * 2 * f + f + 5)] = -INFINITY;   // a gate: silu(-inf) * v
-  v[static_cast<size_t>(12 * 2 * f + 3)] = INFINITY;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const Tensor u = to_gpu(Tensor::from_f32(v, {1, m, 2 * f}, dt));
-    ops::Fp8Activation fused;
-    {
-      ScopedEnv on("H3_FUSE_FP8_SWIGLU", "1");
-      ASSERT_TRUE(ops::cuda::swiglu_fp8_fused(u, ops::Fp8ActScaling::kPerToken));
-      fused = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
+  // Per token (F = 2,056: not a multiple of the kernel's 256 threads x 8) and per group (F = 2,048,
+  // runs of 128; 29 rows: padded to 32 for the block-scaled GEMM).
+  const std::pair<ops::Fp8ActScaling, int64_t> variants[] = {{ops::Fp8ActScaling::kPerToken, 2056},
+                                                             {ops::Fp8ActScaling::kPerGroup, 2048}};
+  for (const auto& [act, f] : variants) {
+    SCOPED_TRACE(ops::fp8_act_scaling_name(act));
+    const int64_t m = 29;
+    std::vector<float> v = randn({m, 2 * f}, DType::kF32, 41).to_f32_vector();
+    for (size_t i = 0; i < v.size(); i += 137) v[i] *= 30.0f;
+    for (int64_t c = 0; c < 2 * f; ++c) v[static_cast<size_t>(4 * 2 * f + c)] = 0.0f;
+    v[static_cast<size_t>(7 * 2 * f + 11)] = std::nanf("");  // a value: NaN product
+    v[static_cast<size_t>(9 * 2 * f + f + 5)] = -INFINITY;   // a gate: silu(-inf) * v
+    v[static_cast<size_t>(12 * 2 * f + 3)] = INFINITY;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor u = to_gpu(Tensor::from_f32(v, {1, m, 2 * f}, dt));
+      ops::Fp8Activation fused;
+      {
+        ScopedEnv on("H3_FUSE_FP8_SWIGLU", "1");
+        ASSERT_TRUE(ops::cuda::swiglu_fp8_fused(u, act));
+        fused = ops::swiglu_fp8(u, act);
+      }
+      ops::Fp8Activation plain;
+      {
+        ScopedEnv off("H3_FUSE_FP8_SWIGLU", "0");
+        ASSERT_FALSE(ops::cuda::swiglu_fp8_fused(u, act));
+        plain = ops::swiglu_fp8(u, act);
+      }
+      const ops::Fp8Activation composed = ops::quantize_activation_fp8(ops::swiglu(u), act);
+      EXPECT_EQ(fused.shape, (Shape{1, m, f}));
+      EXPECT_EQ(fused.dtype, dt);
+      EXPECT_EQ(fused.scaling, act);
+      EXPECT_TRUE(same_bytes(fused.data, plain.data)) << "E4M3 values differ from the two ops";
+      EXPECT_TRUE(same_bytes(fused.scale, plain.scale)) << "scales differ from the two ops";
+      EXPECT_TRUE(same_bytes(fused.data, composed.data));
+      EXPECT_TRUE(same_bytes(fused.scale, composed.scale));
     }
-    ops::Fp8Activation plain;
-    {
-      ScopedEnv off("H3_FUSE_FP8_SWIGLU", "0");
-      ASSERT_FALSE(ops::cuda::swiglu_fp8_fused(u, ops::Fp8ActScaling::kPerToken));
-      plain = ops::swiglu_fp8(u, ops::Fp8ActScaling::kPerToken);
-    }
-    const ops::Fp8Activation composed =
-        ops::quantize_activation_fp8(ops::swiglu(u), ops::Fp8ActScaling::kPerToken);
-    EXPECT_EQ(fused.shape, (Shape{1, m, f}));
-    EXPECT_EQ(fused.dtype, dt);
-    EXPECT_TRUE(same_bytes(fused.data, plain.data)) << "E4M3 values differ from the two ops";
-    EXPECT_TRUE(same_bytes(fused.scale, plain.scale)) << "row scales differ from the two ops";
-    EXPECT_TRUE(same_bytes(fused.data, composed.data));
-    EXPECT_TRUE(same_bytes(fused.scale, composed.scale));
   }
 }
 
 // The DiT block's modulated rows straight to E4M3 against rms_norm_modulate then
-// quantize_activation_fp8: the same bytes and scales for 16-bit and float32 rows (1,032 columns,
-// not a multiple of a warp's 256; a row with a NaN, one with an outlier), with the switch off the
-// composition itself (H3_FUSE_FP8_NORM_MODULATE=0), and a bad table
-// index refused as rms_norm_modulate refuses it.
+// quantize_activation_fp8, per token and per group: the same bytes and scales for 16-bit and
+// float32 rows (a row with a NaN, one with an outlier), with the switch off the composition itself
+// (H3_FUSE_FP8_NORM_MODULATE=0), and a bad table index refused as rms_norm_modulate refuses it.
 TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
   H3_REQUIRE_CUDA();
-  const int64_t m = 45, c = 1032, tables = 3;
-  std::vector<float> xv = randn({m, c}, DType::kF32, 51).to_f32_vector();
-  xv[static_cast<size_t>(6 * c + 9)] = std::nanf("");
-  xv[static_cast<size_t>(8 * c + 100)] = 300.0f;
+  const int64_t m = 45, tables = 3;
   std::vector<float> idxv(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i)
     idxv[static_cast<size_t>(i)] = static_cast<float>((i * 7) % tables);
   const Tensor idx = to_gpu(Tensor::from_f32(idxv, {m}, DType::kI64));
-  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const Tensor x = to_gpu(Tensor::from_f32(xv, {m, c}, dt));
-    const Tensor w = to_gpu(randn({c}, dt, 52));
-    const Tensor sc = to_gpu(randn({tables, c}, dt, 53));
-    const Tensor sh = to_gpu(randn({tables, c}, dt, 54));
-    ops::Fp8Activation fused;
-    {
-      ScopedEnv on("H3_FUSE_FP8_NORM_MODULATE", "1");
-      ASSERT_TRUE(
-          ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, ops::Fp8ActScaling::kPerToken));
-      fused = ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, ops::Fp8ActScaling::kPerToken);
+  // Per token over 1,032 columns and per group over 1,024 (runs of 128; 45 rows padded to 48).
+  const std::pair<ops::Fp8ActScaling, int64_t> variants[] = {{ops::Fp8ActScaling::kPerToken, 1032},
+                                                             {ops::Fp8ActScaling::kPerGroup, 1024}};
+  for (const auto& [act, c] : variants) {
+    SCOPED_TRACE(ops::fp8_act_scaling_name(act));
+    std::vector<float> xv = randn({m, c}, DType::kF32, 51).to_f32_vector();
+    xv[static_cast<size_t>(6 * c + 9)] = std::nanf("");
+    xv[static_cast<size_t>(8 * c + 100)] = 300.0f;
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor x = to_gpu(Tensor::from_f32(xv, {m, c}, dt));
+      const Tensor w = to_gpu(randn({c}, dt, 52));
+      const Tensor sc = to_gpu(randn({tables, c}, dt, 53));
+      const Tensor sh = to_gpu(randn({tables, c}, dt, 54));
+      ops::Fp8Activation fused;
+      {
+        ScopedEnv on("H3_FUSE_FP8_NORM_MODULATE", "1");
+        ASSERT_TRUE(ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, act));
+        fused = ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, act);
+      }
+      const ops::Fp8Activation composed =
+          ops::quantize_activation_fp8(ops::rms_norm_modulate(x, &w, 1e-6f, sc, sh, idx), act);
+      ops::Fp8Activation off;
+      {
+        ScopedEnv env("H3_FUSE_FP8_NORM_MODULATE", "0");
+        ASSERT_FALSE(ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, act));
+        off = ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, act);
+      }
+      EXPECT_EQ(fused.shape, (Shape{m, c}));
+      EXPECT_EQ(fused.dtype, dt);
+      EXPECT_EQ(fused.scaling, act);
+      EXPECT_TRUE(same_bytes(fused.data, composed.data)) << "E4M3 values differ from the two ops";
+      EXPECT_TRUE(same_bytes(fused.scale, composed.scale)) << "scales differ from the two ops";
+      EXPECT_TRUE(same_bytes(off.data, composed.data));
+      EXPECT_TRUE(same_bytes(off.scale, composed.scale));
     }
-    const ops::Fp8Activation composed = ops::quantize_activation_fp8(
-        ops::rms_norm_modulate(x, &w, 1e-6f, sc, sh, idx), ops::Fp8ActScaling::kPerToken);
-    ops::Fp8Activation off;
-    {
-      ScopedEnv env("H3_FUSE_FP8_NORM_MODULATE", "0");
-      ASSERT_FALSE(
-          ops::cuda::rms_norm_modulate_fp8_fused(x, &w, sc, sh, ops::Fp8ActScaling::kPerToken));
-      off = ops::rms_norm_modulate_fp8(x, &w, 1e-6f, sc, sh, idx, ops::Fp8ActScaling::kPerToken);
-    }
-    EXPECT_EQ(fused.shape, (Shape{m, c}));
-    EXPECT_EQ(fused.dtype, dt);
-    EXPECT_TRUE(same_bytes(fused.data, composed.data)) << "E4M3 values differ from the two ops";
-    EXPECT_TRUE(same_bytes(fused.scale, composed.scale)) << "row scales differ from the two ops";
-    EXPECT_TRUE(same_bytes(off.data, composed.data));
-    EXPECT_TRUE(same_bytes(off.scale, composed.scale));
   }
+  const int64_t c = 1032;
+  const std::vector<float> xv = randn({m, c}, DType::kF32, 51).to_f32_vector();
   std::vector<float> bad = idxv;
   bad[3] = static_cast<float>(tables);
   const Tensor x = to_gpu(Tensor::from_f32(xv, {m, c}, DType::kBF16));

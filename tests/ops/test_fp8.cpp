@@ -174,8 +174,11 @@ void add_swiglu_linear_fp8(int64_t m, int64_t f, int64_t n, DType ut, Fp8ActScal
     return std::vector<Tensor>{r.normal_tensor({m, 2 * f}, ut),
                                r.normal_tensor({n, f}, DType::kBF16, 0.0f, 0.02f)};
   };
+  // Per-group activations pair with 128 x 128 weight blocks on the tensor cores.
+  const Fp8WeightScaling ws =
+      as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
   c.run = [=](const std::vector<Tensor>& in) {
-    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[1], Fp8WeightScaling::kPerChannel);
+    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[1], ws);
     return h3::ops::linear_fp8(h3::ops::swiglu_fp8(in[0], as), w, nullptr);
   };
   c.reference = [=](const std::vector<Tensor>& in) {
@@ -197,7 +200,7 @@ void add_swiglu_linear_fp8(int64_t m, int64_t f, int64_t n, DType ut, Fp8ActScal
             static_cast<float>(u[static_cast<size_t>(i * 2 * f + j)]) *
             s[static_cast<size_t>(i * f + j)];
     const std::vector<double> x = ref_activation(Tensor::from_f32(h, {m, f}, ut), as);
-    const std::vector<double> w = ref_weight(in[1], Fp8WeightScaling::kPerChannel);
+    const std::vector<double> w = ref_weight(in[1], ws);
     return ref_gemm(x, w, {}, m, f, n);
   };
   register_case(std::move(c));
@@ -227,8 +230,10 @@ void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64
                                r.uniform_tensor({cols}, xt, 0.5f, 1.5f),
                                r.normal_tensor({n, cols}, DType::kBF16, 0.0f, 0.02f)};
   };
+  const Fp8WeightScaling ws =
+      as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
   c.run = [=](const std::vector<Tensor>& in) {
-    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[5], Fp8WeightScaling::kPerChannel);
+    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[5], ws);
     return h3::ops::linear_fp8(
         h3::ops::rms_norm_modulate_fp8(in[0], &in[4], 1e-6f, in[1], in[2], in[3], as), w, nullptr);
   };
@@ -266,7 +271,7 @@ void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64
         a[static_cast<size_t>(r * cols + k)] += static_cast<float>(sh[t]);
       }
     const std::vector<double> q = ref_activation(Tensor::from_f32(a, {m, cols}, xt), as);
-    const std::vector<double> w = ref_weight(in[5], Fp8WeightScaling::kPerChannel);
+    const std::vector<double> w = ref_weight(in[5], ws);
     return ref_gemm(q, w, {}, m, cols, n);
   };
   register_case(std::move(c));
@@ -341,11 +346,20 @@ void add_cases() {
   add_swiglu_linear_fp8(37, 264, 48, DType::kBF16, Fp8ActScaling::kPerTensor);
   add_swiglu_linear_fp8(5, 24, 16, DType::kF32, Fp8ActScaling::kPerToken);
   add_swiglu_linear_fp8(300, 2056, 256, DType::kBF16, Fp8ActScaling::kPerToken, /*large=*/true);
+  // Per group with 128 x 128 weight blocks: the fused kernel (F a multiple of 128; 37 rows padded
+  // to 40) and the two ops (F = 264).
+  for (DType ut : {DType::kBF16, DType::kF16})
+    add_swiglu_linear_fp8(37, 256, 48, ut, Fp8ActScaling::kPerGroup);
+  add_swiglu_linear_fp8(37, 264, 48, DType::kBF16, Fp8ActScaling::kPerGroup);
   // Modulated rows into the FP8 GEMM: the fused kernel (16-bit and float32 rows, per token; 1,032
   // columns: not a multiple of a warp's 256), and the two ops it stands for (per tensor).
   for (DType xt : {DType::kBF16, DType::kF16, DType::kF32})
     add_norm_modulate_linear_fp8(40, 1032, 3, 48, xt, Fp8ActScaling::kPerToken);
   add_norm_modulate_linear_fp8(40, 1032, 3, 48, DType::kBF16, Fp8ActScaling::kPerTensor);
+  // Per group: the fused kernel (1,024 columns; 41 rows padded to 44) and the two ops (1,032).
+  for (DType xt : {DType::kBF16, DType::kF16, DType::kF32})
+    add_norm_modulate_linear_fp8(41, 1024, 3, 48, xt, Fp8ActScaling::kPerGroup);
+  add_norm_modulate_linear_fp8(41, 1032, 3, 48, DType::kBF16, Fp8ActScaling::kPerGroup);
   // K = 0: an empty sum, so every row is the bias.
   for (bool pre : {false, true})
     add_linear_fp8({3, 0}, 8, DType::kF32, Fp8WeightScaling::kPerChannel, Fp8ActScaling::kPerToken,

@@ -183,6 +183,30 @@ __global__ void swiglu_quantize_rows_kernel(const void* u, int code, int64_t f, 
   }
 }
 
+// swiglu_quantize_rows_kernel per group (F % 128 == 0): in each pass the 16 threads holding one
+// run of 128 products share its amax (e4m3x8_group), so the products need no shared memory. The
+// products are rounded to u's dtype as swiglu_vec8_kernel stores them. Rows from m to m4 are the
+// padding cuBLASLt's block scaling wants (zero bytes, scale 1); scale is [F / 128, m4].
+__global__ void swiglu_quantize_groups_kernel(const void* u, int code, int64_t m, int64_t m4,
+                                              int64_t f, uint8_t* q, float* scale) {
+  const int64_t row = blockIdx.x, nv = f / 8;
+  const int lane = threadIdx.x & 31;
+  const void* ur = static_cast<const uint16_t*>(u) + row * 2 * f;
+  uint2* qr = reinterpret_cast<uint2*>(q + row * f);
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    float v[8] = {};
+    if (row < m) {
+      float g[8];
+      ld8(ur, code, 8 * i, v);
+      ld8(ur, code, f + 8 * i, g);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] *= silu_f(g[j]);
+      round8(code, v);
+    }
+    qr[i] = e4m3x8_group(v, lane, &scale[(8 * i / 128) * m4 + row]);
+  }
+}
+
 // Shared memory a swiglu_quantize_rows_kernel block may take without opting in to more.
 constexpr int64_t kSwigluFp8MaxSmem = 48 * 1024;
 
@@ -397,6 +421,18 @@ Fp8Activation empty_fp8_rows(int64_t rows, int64_t cols, const Shape& shape, DTy
   return out;
 }
 
+Fp8Activation empty_fp8_groups(int64_t rows, int64_t cols, const Shape& shape, DType dtype,
+                               Device device) {
+  const int64_t m4 = group_rows(rows);
+  Fp8Activation out;
+  out.data = Tensor::empty({m4, cols}, DType::kF8E4M3, device);
+  out.scale = Tensor::empty({(cols + 127) / 128, m4}, DType::kF32, device);
+  out.shape = shape;
+  out.dtype = dtype;
+  out.scaling = Fp8ActScaling::kPerGroup;
+  return out;
+}
+
 Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   require_cuda(x_in, "quantize_activation_fp8", "x");
   require_float(x_in, "quantize_activation_fp8", "x");
@@ -407,14 +443,8 @@ Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
   int64_t m = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
   if (act == Fp8ActScaling::kPerGroup) {
-    const int64_t m4 = group_rows(m);
-    Fp8Activation out;
-    out.data = Tensor::empty({m4, k}, DType::kF8E4M3, x.device());
-    out.scale = Tensor::empty({(k + 127) / 128, m4}, DType::kF32, x.device());
-    out.shape = x.shape();
-    out.dtype = x.dtype();
-    out.scaling = act;
-    quantize_groups(x, m, m4, k, static_cast<uint8_t*>(out.data.raw()),
+    Fp8Activation out = empty_fp8_groups(m, k, x.shape(), x.dtype(), x.device());
+    quantize_groups(x, m, out.data.size(0), k, static_cast<uint8_t*>(out.data.raw()),
                     static_cast<float*>(out.scale.raw()), nullptr);
     return out;
   }
@@ -426,11 +456,13 @@ Fp8Activation quantize_activation_fp8(const Tensor& x_in, Fp8ActScaling act) {
 }
 
 bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act) {
-  if (act != Fp8ActScaling::kPerToken || (u.dtype() != DType::kBF16 && u.dtype() != DType::kF16))
+  if (act == Fp8ActScaling::kPerTensor || (u.dtype() != DType::kBF16 && u.dtype() != DType::kF16))
     return false;
   if (u.dim() < 1 || u.size(-1) % 16 != 0 || !u.is_contiguous()) return false;
   const int64_t f = u.size(-1) / 2;
-  return f > 0 && f * 2 <= kSwigluFp8MaxSmem && reinterpret_cast<uintptr_t>(u.raw()) % 16 == 0 &&
+  // Per token a row's products wait in shared memory for the row's amax; per group they do not.
+  const bool fits = act == Fp8ActScaling::kPerToken ? f * 2 <= kSwigluFp8MaxSmem : f % 128 == 0;
+  return f > 0 && fits && reinterpret_cast<uintptr_t>(u.raw()) % 16 == 0 &&
          fusion_enabled("SWIGLU") && fusion_enabled("FP8_SWIGLU");
 }
 
@@ -445,6 +477,18 @@ Fp8Activation swiglu_fp8(const Tensor& u_in, Fp8ActScaling act) {
   for (int d = 0; d + 1 < u.dim(); ++d) m *= u.size(d);
   Shape shape = u.shape();
   shape.back() = f;
+  if (act == Fp8ActScaling::kPerGroup) {
+    Fp8Activation out = empty_fp8_groups(m, f, shape, u.dtype(), u.device());
+    const int64_t m4 = out.data.size(0);
+    if (m4 == 0) return out;
+    H3_CHECK(m4 <= 0x7fffffff, ErrorCode::kUnsupported, "ops::swiglu_fp8: ", m4,
+             " rows exceed one launch");
+    swiglu_quantize_groups_kernel<<<static_cast<unsigned>(m4), kThreads, 0, current_stream()>>>(
+        u.raw(), u.dtype() == DType::kBF16 ? kCodeBF16 : kCodeF16, m, m4, f,
+        static_cast<uint8_t*>(out.data.raw()), static_cast<float*>(out.scale.raw()));
+    check_launch("swiglu_fp8 (groups)");
+    return out;
+  }
   Fp8Activation out = empty_fp8_rows(m, f, shape, u.dtype(), u.device());
   if (m == 0) return out;
   H3_CHECK(m <= 0x7fffffff, ErrorCode::kUnsupported, "ops::swiglu_fp8: ", m,

@@ -17,19 +17,24 @@ Fp8Activation quantize_activation_fp8(const Tensor& x, Fp8ActScaling act);
 // `dtype` unquantized, on `device`, not yet written: what every quantizing kernel fills.
 Fp8Activation empty_fp8_rows(int64_t rows, int64_t cols, const Shape& shape, DType dtype,
                              Device device);
+// The same per group: E4M3 [M4, cols] with M4 = rows rounded up to a multiple of 4 and the scales
+// [ceil(cols / 128), M4] (ops/fp8.h's layout for cuBLASLt's block scaling).
+Fp8Activation empty_fp8_groups(int64_t rows, int64_t cols, const Shape& shape, DType dtype,
+                               Device device);
 Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias);
 Fp8Activation swiglu_fp8(const Tensor& u, Fp8ActScaling act);
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
                                     const Tensor& scale, const Tensor& shift, const Tensor& idx,
                                     Fp8ActScaling act);
-// Whether rms_norm_modulate_fp8 takes the one-kernel path (per token; x [S, C] with C a multiple
-// of 8 and x, the weight and the tables vec8_ok; the RMSNORM_MODULATE fusion on and
-// FP8_NORM_MODULATE not turned off): the same bits either way.
+// Whether rms_norm_modulate_fp8 takes the one-kernel path (per token, or per group with C a
+// multiple of 128; x [S, C] with C a multiple of 8 and x, the weight and the tables vec8_ok; the
+// RMSNORM_MODULATE fusion on and FP8_NORM_MODULATE not turned off): the same bits either way.
 bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Tensor& scale,
                                  const Tensor& shift, Fp8ActScaling act);
-// Whether swiglu_fp8 takes the one-kernel path for u (16-bit, per token, F a multiple of 8,
-// 16-byte aligned, a row's products within the default 48 KiB of shared memory; the SWIGLU fusion
-// on and FP8_SWIGLU not turned off): the same bits either way.
+// Whether swiglu_fp8 takes the one-kernel path for u (16-bit; per token with F a multiple of 8 and
+// a row's products within the default 48 KiB of shared memory, or per group with F a multiple of
+// 128; 16-byte aligned; the SWIGLU fusion on and FP8_SWIGLU not turned off): the same bits
+// either way.
 bool swiglu_fp8_fused(const Tensor& u, Fp8ActScaling act);
 
 // `h3 bench fp8 --algos N`: cuBLASLt's first N heuristic choices for the FP8 GEMM of x and w

@@ -45,4 +45,20 @@ __device__ __forceinline__ uint2 e4m3x8(const float v[8], float s) {
   return make_uint2(lo, hi);
 }
 
+// Per-group quantization (ops/fp8.h) of eight values in each of the 16 lanes of a half warp that
+// hold one run of 128 columns between them: the run's amax (NaN-propagating), its scale, written
+// by the half's first lane to `scale_slot`, and this lane's eight E4M3 bytes. Every lane of the
+// half must call it (lane & 16 names the half).
+__device__ __forceinline__ uint2 e4m3x8_group(const float v[8], int lane, float* scale_slot) {
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) m = nan_max(m, fabsf(v[k]));
+  const unsigned half = 0xffffu << (lane & 16);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(half, m, o));
+  const float s = scale_of(m);
+  if ((lane & 15) == 0) *scale_slot = s;
+  return e4m3x8(v, s);
+}
+
 }  // namespace h3::ops::cuda

@@ -159,6 +159,33 @@ __global__ void rms_modulate_fp8_vec8_kernel(RowArgs a, uint8_t* q, float* qscal
   }
 }
 
+// rms_modulate_fp8_vec8_kernel per group (cols % 128 == 0): in each pass the 16 lanes holding
+// one run of 128 columns share its amax (e4m3x8_group), so each value is formed once. Rows from
+// a.rows to m4 are the padding cuBLASLt's block scaling wants (zero bytes, scale 1); qscale is
+// [cols / 128, m4], token-major.
+__global__ void rms_modulate_fp8_groups_kernel(RowArgs a, int64_t m4, uint8_t* q, float* qscale) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= m4) return;
+  const int64_t base = row * a.cols;
+  if (row >= a.rows) {
+    for (int64_t c = lane * 8; c < a.cols; c += 256) {
+      *reinterpret_cast<uint2*>(q + base + c) = make_uint2(0u, 0u);
+      if ((lane & 15) == 0) qscale[(c / 128) * m4 + row] = 1.0f;
+    }
+    return;
+  }
+  const float inv = rms_inv_vec8(a, base, lane);
+  int64_t t = 0;
+  if (!table_row(a, row, lane, &t)) return;
+  for (int64_t c = lane * 8; c < a.cols; c += 256) {
+    float v[8];
+    rms_values8(a, base, c, inv, 1, t, v);
+    round8(a.ot, v);
+    *reinterpret_cast<uint2*>(q + base + c) = e4m3x8_group(v, lane, &qscale[(c / 128) * m4 + row]);
+  }
+}
+
 __global__ void layer_norm_kernel(RowArgs a) {
   const int lane = threadIdx.x & 31;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
@@ -549,7 +576,9 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
 
 bool rms_norm_modulate_fp8_fused(const Tensor& x, const Tensor* weight, const Tensor& scale,
                                  const Tensor& shift, Fp8ActScaling act) {
-  return act == Fp8ActScaling::kPerToken && x.dim() == 2 && x.size(1) % 8 == 0 && vec8_ok(x) &&
+  const bool per_token = act == Fp8ActScaling::kPerToken;
+  const bool per_group = act == Fp8ActScaling::kPerGroup && x.dim() == 2 && x.size(1) % 128 == 0;
+  return (per_token || per_group) && x.dim() == 2 && x.size(1) % 8 == 0 && vec8_ok(x) &&
          (!weight || vec8_ok(*weight)) && vec8_ok(scale) && vec8_ok(shift) &&
          fusion_enabled("RMSNORM_MODULATE") && fusion_enabled("FP8_NORM_MODULATE");
 }
@@ -564,13 +593,21 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
   ModulateSetup m =
       modulate_setup(x, weight, eps, scale_t, shift_t, idx_in, "rms_norm_modulate_fp8", false);
   RowSetup& s = m.s;
-  Fp8Activation out = empty_fp8_rows(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device());
+  const bool groups = act == Fp8ActScaling::kPerGroup;
+  Fp8Activation out =
+      groups ? empty_fp8_groups(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device())
+             : empty_fp8_rows(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device());
   if (s.a.rows == 0) return out;
   auto* q = static_cast<uint8_t*>(out.data.raw());
   auto* qs = static_cast<float*>(out.scale.raw());
+  const int64_t m4 = out.data.size(0);
   with_index_check("rms_norm_modulate_fp8", s.a.tables, s.x.device(), s.a, [&] {
-    rms_modulate_fp8_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0,
-                                   current_stream()>>>(s.a, q, qs);
+    if (groups)
+      rms_modulate_fp8_groups_kernel<<<row_blocks(m4), kWarpsPerBlock * 32, 0, current_stream()>>>(
+          s.a, m4, q, qs);
+    else
+      rms_modulate_fp8_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0,
+                                     current_stream()>>>(s.a, q, qs);
   });
   return out;
 }
