@@ -142,6 +142,10 @@ int run_bench_dit(const std::vector<std::string>& args) {
       h3::fail(ErrorCode::kInvalidArgument, "unknown option '", f, "' (see h3 bench dit --help)");
     }
   }
+  H3_CHECK(o.fp8 || o.fp8_scaling == h3::ops::Fp8WeightScaling::kPerChannel,
+           ErrorCode::kInvalidArgument,
+           "--fp8-scaling block quantizes the blocks' weights, which only --dit-dtype fp8 does "
+           "(add --dit-dtype fp8)");
   o.device = device.empty() ? (h3::cuda_available() ? h3::Device::cuda(0) : h3::Device::cpu())
                             : h3::parse_device(device);
   H3_CHECK(o.device.is_cpu() || h3::cuda_available(), ErrorCode::kUnsupported, "--device ",

@@ -343,6 +343,10 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
   }
   // A --vsa-* flag without --attention asks for VSA.
   if (vsa_flag && !f.settings.attention) f.settings.attention = h3::dit::DitAttentionBackend::kVsa;
+  H3_CHECK(eo.dit_fp8 || eo.dit_fp8_scaling == h3::ops::Fp8WeightScaling::kPerChannel,
+           ErrorCode::kInvalidArgument,
+           "--fp8-scaling block quantizes the DiT's weights, which only --dit-dtype fp8 does "
+           "(add --dit-dtype fp8)");
 }
 
 pl::ResolvedSettings finish_generate_flags(GenerateFlags& f) {

@@ -143,7 +143,8 @@ namespace h3::test {
 namespace {
 
 // `h3 bench fp8` refuses scalings the FP8 tensor cores do not pair (it would time the float32
-// fallback) before it looks for a GPU, naming the flags.
+// fallback) before it looks for a GPU, naming the flags; `h3 bench dit` refuses --fp8-scaling
+// without FP8 weights.
 TEST(BenchFp8Cli, UnpairedScalingsAreRefusedByName) {
   H3_REQUIRE_BIN();
   RunResult r = run_h3("bench fp8 --scaling block --act token");
@@ -158,6 +159,10 @@ TEST(BenchFp8Cli, UnpairedScalingsAreRefusedByName) {
   r = run_h3("bench fp8 --scaling rows");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("'rows'"), std::string::npos) << r.output;
+  // Block scaling of the DiT's weights without FP8 weights would be silently ignored.
+  r = run_h3("bench dit --device cpu --fp8-scaling block");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--dit-dtype fp8"), std::string::npos) << r.output;
 }
 
 }  // namespace
