@@ -95,12 +95,9 @@ ops::Fp8Weight read_fp8_projection(const io::Checkpoint& ckpt, const std::string
   } catch (const Error& e) {
     fail(ErrorCode::kInvalidFile, e.what());  // a bad file, not a bad argument
   }
-  if (w.scaling == ops::Fp8WeightScaling::kPerChannel) return w;
-  // The engine's GEMMs take one scale per channel: the block-scaled values, exact in float32,
-  // are quantized again per channel where they live (the float copy goes right after).
-  out.requantized = true;
-  return ops::quantize_weight_fp8(ops::dequantize_weight_fp8(w, DType::kF32),
-                                  ops::Fp8WeightScaling::kPerChannel);
+  // Block scales stay as published: the engine's GEMMs pair them with activations per token and
+  // 128 columns (ops::projection_fp8 tells them by the scale's rank), no second rounding.
+  return w;
 }
 
 }  // namespace h3::models

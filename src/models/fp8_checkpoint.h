@@ -1,5 +1,5 @@
-// FP8 projections as published checkpoints store them, read into the one form the engine runs
-// (E4M3 weights with a float32 scale per output channel, ops/fp8.h).
+// FP8 projections as published checkpoints store them, read into the forms the engine runs
+// (E4M3 weights with a float32 scale per output channel or per 128 x 128 block, ops/fp8.h).
 //
 // The layouts found in published FP8 checkpoints of diffusion transformers and of Qwen3-VL, each
 // next to the E4M3 weight `P.weight` [N, K] (safetensors dtype F8_E4M3):
@@ -13,9 +13,8 @@
 //   - `P.input_scale`, float, [] or [1]: a static activation scale. The engine quantizes every
 //     token's activations with its own scale at run time (at least as fine), so it is read for
 //     its shape only and otherwise not used.
-// Per-tensor and per-channel scales become per-channel scales exactly. Block scales cannot: the
-// weight is dequantized (exact in float32) and quantized again per channel, one more E4M3
-// rounding, which the load reports.
+// Per-tensor and per-channel scales become per-channel scales exactly; block scales are kept as
+// they are (their GEMMs quantize the activations per token and 128 columns, ops/fp8.h).
 #pragma once
 
 #include <string>
@@ -32,15 +31,14 @@ bool is_fp8_companion(const std::string& name, std::string* weight);
 // What reading an FP8 projection did, for the load's log.
 struct Fp8ProjectionNote {
   const char* layout = "";          // "per tensor", "per channel" or "128x128 blocks"
-  bool requantized = false;         // block scales re-expressed per channel (one more rounding)
   bool static_input_scale = false;  // `P.input_scale` present (not used: see above)
 };
 
 // The checkpoint's FP8 projection `weight` with its E4M3 values `data` [N, K], already where the
-// model keeps them, and its scales read from `ckpt` and brought to one per channel, on data's
-// device. Refuses (kInvalidFile, naming the checkpoint and the tensor) a missing scale, two kinds
-// of scale, a scale of any other shape or of a non-float dtype, and non-finite or non-positive
-// scales.
+// model keeps them, and its scales read from `ckpt` (per tensor brought to one per channel), on
+// data's device. Refuses (kInvalidFile, naming the checkpoint and the tensor) a missing scale, two
+// kinds of scale, a scale of any other shape or of a non-float dtype, and non-finite or
+// non-positive scales.
 ops::Fp8Weight read_fp8_projection(const io::Checkpoint& ckpt, const std::string& weight,
                                    const Tensor& data, Fp8ProjectionNote* note = nullptr);
 

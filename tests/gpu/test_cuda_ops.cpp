@@ -281,30 +281,37 @@ TEST(CudaFusion, Fp8BiasInEpilogueMatchesTheFloat32Accumulator) {
   }
 }
 
-// The vectorized per-token quantization of bf16 (DiT) and f16 (video VAE decoder) rows against
-// the scalar kernel it replaces (H3_FUSE_FP8_QUANT_VEC=0): the same arithmetic, so the same bytes
-// and scales, outliers, a NaN row and an all-zero row included.
+// The vectorized quantization of bf16 (DiT) and f16 (video VAE decoder) rows, per token and per
+// group, against the scalar kernels it replaces (H3_FUSE_FP8_QUANT_VEC=0): the same arithmetic, so
+// the same bytes and scales, outliers, a NaN row and an all-zero row included.
 TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
   H3_REQUIRE_CUDA();
-  const int64_t m = 37, k = 1032;  // k % 8 == 0, not a multiple of the block's 256 threads x 8
-  std::vector<float> v = randn({m, k}, DType::kF32, 31).to_f32_vector();
-  for (size_t i = 0; i < v.size(); i += 131) v[i] *= 40.0f;
-  for (int64_t c = 0; c < k; ++c) v[static_cast<size_t>(3 * k + c)] = 0.0f;
-  v[static_cast<size_t>(5 * k + 17)] = std::nanf("");
-  v[static_cast<size_t>(6 * k + 3)] = INFINITY;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const Tensor x = to_gpu(Tensor::from_f32(v, {m, k}, dt));
-    ASSERT_TRUE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
-    const ops::Fp8Activation vec = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
-    ops::Fp8Activation plain;
-    {
-      ScopedEnv off("H3_FUSE_FP8_QUANT_VEC", "0");
-      ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, ops::Fp8ActScaling::kPerToken));
-      plain = ops::quantize_activation_fp8(x, ops::Fp8ActScaling::kPerToken);
+  // Per token k = 1,032 (k % 8 == 0, not a multiple of the block's 256 threads x 8); per group
+  // k = 1,024 (runs of 128) over 37 rows, padded to 40.
+  const std::pair<ops::Fp8ActScaling, int64_t> variants[] = {{ops::Fp8ActScaling::kPerToken, 1032},
+                                                             {ops::Fp8ActScaling::kPerGroup, 1024}};
+  for (const auto& [act, k] : variants) {
+    SCOPED_TRACE(ops::fp8_act_scaling_name(act));
+    const int64_t m = 37;
+    std::vector<float> v = randn({m, k}, DType::kF32, 31).to_f32_vector();
+    for (size_t i = 0; i < v.size(); i += 131) v[i] *= 40.0f;
+    for (int64_t c = 0; c < k; ++c) v[static_cast<size_t>(3 * k + c)] = 0.0f;
+    v[static_cast<size_t>(5 * k + 17)] = std::nanf("");
+    v[static_cast<size_t>(6 * k + 3)] = INFINITY;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor x = to_gpu(Tensor::from_f32(v, {m, k}, dt));
+      ASSERT_TRUE(ops::cuda::quantizes_vectorized(x, act));
+      const ops::Fp8Activation vec = ops::quantize_activation_fp8(x, act);
+      ops::Fp8Activation plain;
+      {
+        ScopedEnv off("H3_FUSE_FP8_QUANT_VEC", "0");
+        ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, act));
+        plain = ops::quantize_activation_fp8(x, act);
+      }
+      EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
+      EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "scales differ";
     }
-    EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
-    EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "row scales differ";
   }
 }
 

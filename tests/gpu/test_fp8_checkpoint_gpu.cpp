@@ -1,7 +1,6 @@
 // FP8 checkpoints (models/fp8_checkpoint.h) loaded onto the GPU: the E4M3 bytes go to the device
-// as stored, the scales follow, and 128 x 128 block scales are quantized again per channel on the
-// device, bit for bit as on the CPU (the CUDA quantization is the CPU's, ops/cuda/fp8.cu); the
-// FP8 forward then agrees with the CPU's emulation. Skips visibly without a CUDA device.
+// as stored and the scales follow (per channel, or per 128 x 128 block as published), bit for bit
+// as on the CPU. Skips visibly without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <memory>

@@ -190,27 +190,39 @@ TEST_F(DitFp8Test, PerTensorCheckpointScaleCoversEveryChannel) {
   EXPECT_NE(std::find(scales.begin(), scales.end(), s[0]), scales.end());
 }
 
-// 128 x 128 block scales (Qwen's and DeepSeek's `weight_scale_inv`) are quantized again per
-// channel: each loaded weight is the block-scaled weight within one more E4M3 rounding.
-TEST_F(DitFp8Test, BlockScaledCheckpointIsRequantizedPerChannel) {
-  std::map<std::string, Tensor> block_values;
+// 128 x 128 block scales (Qwen's and DeepSeek's `weight_scale_inv`) load as stored: the E4M3
+// bytes and the block scales as written, no second rounding, and their GEMMs pair them with
+// activations per token and 128 columns.
+TEST_F(DitFp8Test, BlockScaledCheckpointKeepsItsBlocks) {
+  std::map<std::string, ops::Fp8Weight> stored;
   const std::string dir = write_fp8_transformer(
       repo_, (dir_->path() / "fp8_block").string(),
       [&](const std::string& name, const Tensor& w, std::vector<io::NamedTensor>& ts) {
         const ops::Fp8Weight q = ops::quantize_weight_fp8(w, ops::Fp8WeightScaling::kPerBlock);
+        const Tensor scale = q.scale.to(DType::kBF16).to(DType::kF32);
         ts.push_back({name, q.data});
-        ts.push_back({weight_stem(name) + ".weight_scale_inv", q.scale.to(DType::kBF16).to(DType::kF32)});
-        const ops::Fp8Weight stored{q.data, q.scale.to(DType::kBF16).to(DType::kF32),
-                                    ops::Fp8WeightScaling::kPerBlock};
-        block_values[name] = ops::dequantize_weight_fp8(stored, DType::kF32);
+        ts.push_back({weight_stem(name) + ".weight_scale_inv", scale});
+        stored[name] = {q.data, scale, ops::Fp8WeightScaling::kPerBlock};
       });
   dit::DitOptions o;
   const dit::DitModel m = dit::DitModel::load(dir, o);
+  EXPECT_TRUE(m.fp8_weights());
   const dit::DitBlockWeights& b = m.weights().blocks.at(1);
-  expect_quantized(b.ff.fc_in, b.ff.fc_in_scale,
-                   block_values.at("transformer_blocks.1.ff.net.0.proj.weight"), "fc_in");
-  expect_quantized(b.attn.to_v, b.attn.to_v_scale,
-                   block_values.at("transformer_blocks.1.attn.to_v.weight"), "to_v");
+  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> checks[] = {
+      {"transformer_blocks.1.ff.net.0.proj.weight", {&b.ff.fc_in, &b.ff.fc_in_scale}},
+      {"transformer_blocks.1.attn.to_v.weight", {&b.attn.to_v, &b.attn.to_v_scale}}};
+  for (const auto& [name, loaded] : checks) {
+    SCOPED_TRACE(name);
+    const ops::Fp8Weight& want = stored.at(name);
+    ASSERT_EQ(loaded.first->dtype(), DType::kF8E4M3);
+    ASSERT_EQ(loaded.second->shape(), want.scale.shape());
+    EXPECT_EQ(loaded.second->to_f32_vector(), want.scale.to_f32_vector());
+    EXPECT_EQ(
+        ops::dequantize_weight_fp8(ops::projection_fp8(*loaded.first, *loaded.second), DType::kF32)
+            .to_f32_vector(),
+        ops::dequantize_weight_fp8(want, DType::kF32).to_f32_vector());
+    EXPECT_EQ(ops::projection_act_scaling(*loaded.second), ops::Fp8ActScaling::kPerGroup);
+  }
 }
 
 // What cannot be read is refused with the checkpoint and tensor named.

@@ -241,9 +241,9 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     std::vector<Tensor> ts = io::load_tensors_to(ckpt, to_device, policy.device);
     for (size_t i = 0; i < ts.size(); ++i) loaded.emplace(to_device[i].name, std::move(ts[i]));
   }
-  // FP8 weights get their scales, one per output channel (models/fp8_checkpoint.h).
+  // FP8 weights get their scales, per output channel or per 128 x 128 block
+  // (models/fp8_checkpoint.h).
   std::map<std::string, Tensor> scales;
-  int64_t requantized = 0;
   bool input_scales = false;
   std::set<std::string> layouts;
   for (const std::string& name : fp8_names) {
@@ -251,7 +251,6 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     ops::Fp8Weight q = models::read_fp8_projection(ckpt, name, loaded.at(name), &note);
     loaded[name] = std::move(q.data);
     scales[name] = std::move(q.scale);
-    requantized += note.requantized ? 1 : 0;
     input_scales = input_scales || note.static_input_scale;
     layouts.insert(note.layout);
   }
@@ -260,10 +259,8 @@ DitWeights load_dit_weights(const DitConfig& config, const io::Checkpoint& ckpt,
     for (const std::string& l : layouts) list += (list.empty() ? "" : ", ") + l;
     H3_LOG_INFO(src, ": ", fp8_names.size(), " projections stored in FP8 (scales: ", list,
                 "); they run as FP8 GEMMs",
-                requantized ? str_cat("; ", requantized, " with 128x128 block scales quantized "
-                                      "again per channel (one more E4M3 rounding)")
-                            : std::string(),
-                input_scales ? "; static input scales not used (activations are scaled per token)"
+                input_scales ? "; static input scales not used (activations are scaled per token "
+                               "or per token and 128 columns)"
                              : "");
   }
   auto take = [&](const std::string& name) { return loaded.at(name); };

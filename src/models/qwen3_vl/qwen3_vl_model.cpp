@@ -170,7 +170,7 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
   }
   batch.clear();
   // Projections the checkpoint stores in FP8 get their scales (models/fp8_checkpoint.h).
-  int64_t requantized = 0;
+  int64_t blocks = 0;
   for (size_t i = 0; i < m.layers_.size(); ++i) {
     DecoderLayerWeights& w = m.layers_[i];
     const std::string p = lm + "layers." + std::to_string(i) + ".";
@@ -187,15 +187,16 @@ Qwen3VlModel Qwen3VlModel::load(const Qwen3VlConfig& config, const io::Checkpoin
       *proj = std::move(q.data);
       *scale = std::move(q.scale);
       ++m.fp8_from_checkpoint_;
-      requantized += note.requantized ? 1 : 0;
+      blocks += q.scaling == ops::Fp8WeightScaling::kPerBlock ? 1 : 0;
     }
   }
   if (m.fp8_from_checkpoint_ > 0) {
     H3_LOG_INFO(ckpt.source(), ": ", m.fp8_from_checkpoint_,
                 " decoder projections stored in FP8; they run as FP8 GEMMs",
-                requantized ? str_cat(" (", requantized, " with 128x128 block scales quantized "
-                                      "again per channel: one more E4M3 rounding)")
-                            : std::string());
+                blocks ? str_cat(" (", blocks,
+                                 " with 128x128 block scales, their activations "
+                                 "scaled per token and 128 columns)")
+                       : std::string());
   }
   if (options.fp8) {
     // One tensor at a time: each float projection is released before the next is quantized.

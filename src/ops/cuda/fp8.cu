@@ -151,6 +151,23 @@ __global__ void quantize_rows_x8_kernel(const void* x, int64_t k, uint8_t* q, fl
   }
 }
 
+// quantize_groups_kernel for 16-bit rows with k % 128 == 0 on 16-byte aligned rows: eight values
+// per load and eight E4M3 bytes per store, the 16 threads holding one run of 128 columns sharing
+// its amax (e4m3x8_group). The same values, amax, scale and rounding, so the same bits.
+template <typename Pair>
+__global__ void quantize_groups_x8_kernel(const void* x, int64_t m, int64_t m4, int64_t k,
+                                          uint8_t* q, float* scale) {
+  const int64_t row = blockIdx.x, nv = k / 8;
+  const int lane = threadIdx.x & 31;
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + row * k);
+  uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+  for (int64_t i = threadIdx.x; i < nv; i += kThreads) {
+    float v[8] = {};
+    if (row < m) unpack8<Pair>(xr[i], v);  // rows from m on are padding: zeros, scale 1
+    qr[i] = e4m3x8_group(v, lane, &scale[(8 * i / 128) * m4 + row]);
+  }
+}
+
 // swiglu_fp8 for 16-bit u [rows, 2F] = [value | gate], F % 8 == 0, 16-byte aligned: one block per
 // row. The products are rounded to u's dtype exactly as swiglu_vec8_kernel stores them, kept in
 // shared memory (F values), and quantized as quantize_rows_x8_kernel quantizes swiglu's output:
@@ -262,10 +279,12 @@ void require_float(const Tensor& t, const char* op, const char* name) {
 }  // namespace
 
 bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act) {
-  return act == Fp8ActScaling::kPerToken && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) &&
-         x.dim() >= 1 &&
-         x.size(-1) % 8 == 0 && x.is_contiguous() &&
-         reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && fusion_enabled("FP8_QUANT_VEC");
+  if (act == Fp8ActScaling::kPerTensor || x.dim() < 1) return false;
+  // Per group, a run of 128 columns is one half warp's sixteen loads.
+  const int64_t multiple = act == Fp8ActScaling::kPerGroup ? 128 : 8;
+  return (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) && x.size(-1) % multiple == 0 &&
+         x.is_contiguous() && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+         fusion_enabled("FP8_QUANT_VEC");
 }
 
 namespace {
@@ -310,8 +329,19 @@ void quantize_groups(const Tensor& x, int64_t m, int64_t m4, int64_t k, uint8_t*
                      float* fq) {
   if (m4 == 0 || k == 0) return;
   H3_CHECK(m4 <= 0x7fffffff, ErrorCode::kUnsupported, "ops::fp8: ", m4, " rows exceed one launch");
-  quantize_groups_kernel<<<static_cast<unsigned>(m4), kThreads, 0, current_stream()>>>(
-      x.raw(), dtype_code(x.dtype()), m, m4, k, q, scale, fq);
+  const unsigned grid = static_cast<unsigned>(m4);
+  const bool vec = q && scale && !fq && reinterpret_cast<uintptr_t>(q) % 8 == 0 &&
+                   quantizes_vectorized(x, Fp8ActScaling::kPerGroup);
+  if (vec && x.dtype() == DType::kBF16) {
+    quantize_groups_x8_kernel<__nv_bfloat162>
+        <<<grid, kThreads, 0, current_stream()>>>(x.raw(), m, m4, k, q, scale);
+  } else if (vec) {
+    quantize_groups_x8_kernel<__half2>
+        <<<grid, kThreads, 0, current_stream()>>>(x.raw(), m, m4, k, q, scale);
+  } else {
+    quantize_groups_kernel<<<grid, kThreads, 0, current_stream()>>>(x.raw(), dtype_code(x.dtype()),
+                                                                    m, m4, k, q, scale, fq);
+  }
   check_launch("fp8 quantize groups");
 }
 

@@ -65,8 +65,9 @@ std::vector<Fp8AlgoTiming> search_linear_fp8(const Fp8Activation& x, const Fp8We
                                              int max_configs, int iters,
                                              Fp8SearchStats* stats = nullptr);
 
-// Whether quantize_activation_fp8 takes the vectorized kernel for x (bf16 or f16 rows per token, k a
-// multiple of 8, 16-byte aligned; H3_FUSE_FP8_QUANT_VEC=0 turns it off): the same bits either way.
+// Whether quantize_activation_fp8 takes the vectorized kernel for x (bf16 or f16 rows, per token
+// with k a multiple of 8 or per group with k a multiple of 128, 16-byte aligned;
+// H3_FUSE_FP8_QUANT_VEC=0 turns it off): the same bits either way.
 bool quantizes_vectorized(const Tensor& x, Fp8ActScaling act);
 
 // Whether linear_fp8 with a bias of `bias_dtype` adds it in the GEMM's epilogue for m rows of
