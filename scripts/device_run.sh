@@ -30,8 +30,8 @@
 #      written here by tests/golden/make_resized.py with this machine's PyTorch from the staged
 #      golden folder and the anchor (H3_ANCHOR_DIR, default .device-anchor in the working tree).
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload", "vae", "audio", "variants"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8") runs the e2e FastH3 generations once
-# per --dit-dtype.
+# "fp8", "vaeload", "vae", "audio", "variants"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8 fp8-block") runs the e2e FastH3
+# generations once per --dit-dtype ("fp8-block": with --fp8-scaling block).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
@@ -167,10 +167,12 @@ PY
     run_index=$((run_index + 1))
     preload "$order"
     tag=${e//[^A-Za-z0-9]/_}
-    [ "$dt" != bf16 ] && tag=${tag}_$dt
+    [ "$dt" != bf16 ] && tag=${tag}_${dt//-/_}
     envs=(); [ "$e" != none ] && envs=(${e//,/ })
+    # "fp8-block" is --dit-dtype fp8 --fp8-scaling block.
+    dtflags=(--dit-dtype "${dt%%-*}"); [[ "$dt" == *-* ]] && dtflags+=(--fp8-scaling "${dt#*-}")
     env "${envs[@]}" "$bin/h3" bench e2e --model "$model" --device cuda --preset fasth3 --repeat 2 \
-      --dit-dtype "$dt" --json >"$out/e2e_fasth3_$tag.json" 2>"$out/e2e_fasth3_$tag.log"
+      "${dtflags[@]}" --json >"$out/e2e_fasth3_$tag.json" 2>"$out/e2e_fasth3_$tag.log"
     note "e2e fasth3 ($e, --dit-dtype $dt): rc=$?"
     python3 - "$out/e2e_fasth3_$tag.json" <<'PY' | tee -a "$summary"
 import json, sys
@@ -293,23 +295,30 @@ if [[ " $steps " == *" fp8 "* ]] && [ -x "$bin/h3" ]; then
   search=(); [ -n "${H3_FP8_SEARCH:-}" ] && search=(--search "$H3_FP8_SEARCH")
   # H3_FP8_GEMM_BENCH=0 leaves `h3 bench fp8` out.
   if [ "${H3_FP8_GEMM_BENCH:-1}" != 0 ]; then
-    run bench_fp8 420 "$bin/h3" bench fp8 "${search[@]}"
-    grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)|heuristic's" "$out/bench_fp8.log" | tee -a "$summary"
+    for sc in ${H3_FP8_SCALINGS:-channel}; do
+      run bench_fp8_$sc 420 "$bin/h3" bench fp8 --scaling "$sc" "${search[@]}"
+      grep -E "^(layer|qkv|attn_out|ffn_in|ffn_out|all four|\(\+bias)| +[a-z_]+ (config [1-3] of|search:)|heuristic's" \
+        "$out/bench_fp8_$sc.log" | sed "s/^/$sc: /" | tee -a "$summary"
+    done
   fi
   # The FP8 block runs once per entry of H3_FP8_ENVS (e.g. "none H3_FUSE_FP8_SWIGLU=0"; commas
   # join several settings of one entry); H3_DIT_ITERS sets the timed iterations (default 3).
-  for dt in bf16 fp8; do
-    envs_list=none; [ $dt = fp8 ] && envs_list=${H3_FP8_ENVS:-none}
+  # H3_FP8_SCALINGS (default "channel"; e.g. "channel block") runs each FP8 figure once per
+  # --fp8-scaling.
+  for dt in bf16 ${H3_FP8_SCALINGS:-channel}; do
+    dtype=fp8 scaling=(--fp8-scaling "$dt") name=fp8_$dt
+    [ "$dt" = bf16 ] && dtype=bf16 scaling=() name=bf16
+    envs_list=none; [ $dtype = fp8 ] && envs_list=${H3_FP8_ENVS:-none}
     for e in $envs_list; do
-      tag=$dt; [ "$e" != none ] && tag=${dt}_${e//[^A-Za-z0-9]/_}
+      tag=$name; [ "$e" != none ] && tag=${name}_${e//[^A-Za-z0-9]/_}
       envs=(); [ "$e" != none ] && envs=(${e//,/ })
       run dit_fasth3_$tag 240 env "${envs[@]}" "$bin/h3" bench dit --blocks 2 --iters "${H3_DIT_ITERS:-3}" \
-        --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dt
+        --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype $dtype "${scaling[@]}"
       grep -E "ms per block|mean|block" "$out/dit_fasth3_$tag.log" | head -4 | sed "s/^/fasth3 $tag: /" | tee -a "$summary"
     done
     [ "${H3_FP8_DENSE:-1}" = 0 ] && continue
-    run dit_dense_$dt 240 "$bin/h3" bench dit --blocks 2 --iters 3 --dit-dtype $dt
-    grep -E "ms per block|mean|block" "$out/dit_dense_$dt.log" | head -4 | sed "s/^/dense $dt: /" | tee -a "$summary"
+    run dit_dense_$name 240 "$bin/h3" bench dit --blocks 2 --iters "${H3_DIT_ITERS:-3}" --dit-dtype $dtype "${scaling[@]}"
+    grep -E "ms per block|mean|block" "$out/dit_dense_$name.log" | head -4 | sed "s/^/dense $name: /" | tee -a "$summary"
   done
 fi
 # LoRA at the released width ("lora"): the per-block cost of a rank-64 run-time adapter on q, k,

@@ -143,9 +143,11 @@ const char* generate_flags_help() {
          "per-token\n"
          "                           activation scales; opt-in, quality only judged on released "
          "weights\n"
-         "  --fp8-scaling S          with --dit-dtype fp8: channel (default; per output channel,\n"
-         "                           activations per token) or block (128 x 128 weight blocks,\n"
-         "                           activations per token and 128 columns)\n"
+         "  --fp8-scaling S          with --dit-dtype fp8: block (default; 128 x 128 weight "
+         "blocks,\n"
+         "                           activations per token and 128 columns) or channel (per "
+         "output\n"
+         "                           channel, activations per token)\n"
          "  --text-encoder-dtype D   bf16 (default) or fp8: the conditioner's decoder projections\n"
          "                           the same way (its embeddings and vision tower unchanged)\n"
          "  --dit-rounding R         eager (every rounding of the eager reference) or fused "
@@ -213,6 +215,7 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
   pl::GenerateRequest& req = f.request;
   pl::EngineOptions& eo = f.engine;
   bool vsa_flag = false;
+  bool scaling_flag = false;  // --fp8-scaling given: it needs --dit-dtype fp8
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--allow-any-duration") {
@@ -293,6 +296,7 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
       eo.dit_fp8 = v == "fp8";
     } else if (a == "--fp8-scaling") {
       eo.dit_fp8_scaling = h3::ops::parse_fp8_weight_scaling(v);
+      scaling_flag = true;
     } else if (a == "--text-encoder-dtype") {
       H3_CHECK(v == "bf16" || v == "fp8", ErrorCode::kInvalidArgument,
                "--text-encoder-dtype must be bf16 or fp8, got '", v, "'");
@@ -343,10 +347,9 @@ void parse_generate_flags(const std::vector<std::string>& args, GenerateFlags& f
   }
   // A --vsa-* flag without --attention asks for VSA.
   if (vsa_flag && !f.settings.attention) f.settings.attention = h3::dit::DitAttentionBackend::kVsa;
-  H3_CHECK(eo.dit_fp8 || eo.dit_fp8_scaling == h3::ops::Fp8WeightScaling::kPerChannel,
-           ErrorCode::kInvalidArgument,
-           "--fp8-scaling block quantizes the DiT's weights, which only --dit-dtype fp8 does "
-           "(add --dit-dtype fp8)");
+  H3_CHECK(eo.dit_fp8 || !scaling_flag, ErrorCode::kInvalidArgument,
+           "--fp8-scaling says how --dit-dtype fp8 quantizes the DiT's weights; without it nothing "
+           "is quantized (add --dit-dtype fp8)");
 }
 
 pl::ResolvedSettings finish_generate_flags(GenerateFlags& f) {

@@ -62,9 +62,10 @@ struct EngineOptions {
   std::optional<dit::DitRounding> dit_rounding;
   // --dit-dtype fp8 (dit::DitOptions::fp8): FP8 GEMMs in the DiT blocks.
   bool dit_fp8 = false;
-  // --fp8-scaling block: the FP8 DiT's weights in 128 x 128 blocks and its activations per token
-  // and 128 columns (DitOptions::fp8_scaling); per channel and per token by default.
-  ops::Fp8WeightScaling dit_fp8_scaling = ops::Fp8WeightScaling::kPerChannel;
+  // --fp8-scaling: the FP8 DiT's weights in 128 x 128 blocks with activations per token and 128
+  // columns (the default: faster GEMMs and no larger error, bench/RESULTS.md), or per output
+  // channel with activations per token (DitOptions::fp8_scaling).
+  ops::Fp8WeightScaling dit_fp8_scaling = ops::Fp8WeightScaling::kPerBlock;
   // --text-encoder-dtype fp8 (qwen3_vl::Qwen3VlLoadOptions::fp8): FP8 GEMMs in the conditioner.
   bool text_encoder_fp8 = false;
   std::optional<video_vae::VaePrecision> vae_precision;

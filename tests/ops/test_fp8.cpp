@@ -96,6 +96,21 @@ std::string tag(Fp8WeightScaling w, Fp8ActScaling a) {
          h3::ops::fp8_act_scaling_name(a);
 }
 
+// A float32 output from the FP8 tensor cores (K % 16 == 0, N % 8 == 0, a pairing they take)
+// carries Hopper's FP8 accumulator, which keeps fewer bits than float32 between cuBLASLt's
+// promotions: measured against the CPU's float32 sums, per channel on the H200 rel_l2 1.9e-4 and
+// rel_max 5.7e-4 (64 x 256 -> 96, per token), per block on the H100 1.9e-4 / 5.9e-4 (linear) and
+// 1.4e-4 / 2.3e-4 (the norm-modulate case, 41 x 1024 -> 48). Bounds 2.6x and 3.5x of the largest;
+// the float32 fallbacks stay at the default 1e-5 (measured 1e-7), and 16-bit outputs are bounded
+// by their own rounding.
+void set_f32_tensor_core_bounds(OpCase& c, DType xt, Fp8WeightScaling ws, Fp8ActScaling as,
+                                int64_t k, int64_t n) {
+  const bool tensor_cores = ws == Fp8WeightScaling::kPerChannel ? as != Fp8ActScaling::kPerGroup
+                                                                : as == Fp8ActScaling::kPerGroup;
+  if (xt == DType::kF32 && tensor_cores && k > 0 && k % 16 == 0 && n % 8 == 0)
+    c.device_bounds = Bounds{5e-4, 2e-3};
+}
+
 // `prequantized`: the activations quantized first (quantize_activation_fp8), then the GEMM over
 // them, as a DiT block's q, k, v and gate projections share one quantized input.
 // `bias_t`: the bias's dtype (the DiT's are bf16; on CUDA the tensor-core path adds it in the
@@ -113,17 +128,7 @@ void add_linear_fp8(const Shape& xshape, int64_t n, DType xt, Fp8WeightScaling w
   c.dtype = xt;
   c.large = large;
   const int64_t k = xshape.back();
-  // A float32 output from the FP8 tensor cores (per-channel weights, K % 16 == 0, N % 8 == 0)
-  // carries Hopper's FP8 accumulator, which keeps fewer bits than float32 between cuBLASLt's
-  // promotions: measured on the H200 against the CPU's float32 sums, rel_l2 1.9e-4 and rel_max
-  // 5.7e-4 (64 x 256 -> 96, per token). Bounds 2.6x and 3.5x of that; the float32 fallbacks stay
-  // at the default 1e-5 (measured 1e-7), and bf16 outputs are bounded by their own rounding.
-  // 128 x 128 weight blocks with per-group activations take the tensor cores too (cuBLASLt's
-  // block scaling); until measured on the device they are held to the same bounds.
-  const bool tensor_cores = ws == Fp8WeightScaling::kPerChannel ? as != Fp8ActScaling::kPerGroup
-                                                                : as == Fp8ActScaling::kPerGroup;
-  if (xt == DType::kF32 && tensor_cores && k > 0 && k % 16 == 0 && n % 8 == 0)
-    c.device_bounds = Bounds{5e-4, 2e-3};
+  set_f32_tensor_core_bounds(c, xt, ws, as, k, n);
   c.make_inputs = [=](Rng& r) {
     // Normal activations with a few outlier tokens and channels, as a DiT's are: per-token
     // scaling has to keep the quiet rows' resolution.
@@ -177,6 +182,7 @@ void add_swiglu_linear_fp8(int64_t m, int64_t f, int64_t n, DType ut, Fp8ActScal
   // Per-group activations pair with 128 x 128 weight blocks on the tensor cores.
   const Fp8WeightScaling ws =
       as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
+  set_f32_tensor_core_bounds(c, ut, ws, as, f, n);
   c.run = [=](const std::vector<Tensor>& in) {
     const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[1], ws);
     return h3::ops::linear_fp8(h3::ops::swiglu_fp8(in[0], as), w, nullptr);
@@ -216,7 +222,10 @@ void add_swiglu_linear_fp8(int64_t m, int64_t f, int64_t n, DType ut, Fp8ActScal
 void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64_t n, DType xt,
                                   Fp8ActScaling as) {
   OpCase c;
+  const Fp8WeightScaling ws =
+      as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
   if (xt != DType::kF32) c.device_bounds = Bounds{4e-2, 1e-1};
+  set_f32_tensor_core_bounds(c, xt, ws, as, cols, n);
   c.op = "rms_norm_modulate_fp8";
   c.name = std::string("Fp8_norm_modulate_linear_a") + h3::ops::fp8_act_scaling_name(as) + "_" +
            dtype_tag(xt) + "_" + std::to_string(m) + "x" + std::to_string(cols) + "n" +
@@ -230,8 +239,6 @@ void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64
                                r.uniform_tensor({cols}, xt, 0.5f, 1.5f),
                                r.normal_tensor({n, cols}, DType::kBF16, 0.0f, 0.02f)};
   };
-  const Fp8WeightScaling ws =
-      as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
   c.run = [=](const std::vector<Tensor>& in) {
     const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[5], ws);
     return h3::ops::linear_fp8(

@@ -278,8 +278,8 @@ TEST(CliGenerate, CheckpointDefaultsGiveItsGeometry) {
 }
 
 // --dit-dtype fp8 on the CPU runs the E4M3 emulation: the generation completes, says so in its
-// receipt, and gives another clip than the default DiT (the option takes effect end to end); so
-// does --fp8-scaling block, with yet another clip.
+// receipt, and gives another clip than the default DiT (the option takes effect end to end); its
+// default scaling is per 128 x 128 block, and --fp8-scaling channel gives yet another clip.
 TEST(CliGenerate, DitDtypeFp8RunsAndChangesTheClip) {
   H3_REQUIRE_BIN();
   TempDir tmp;
@@ -299,20 +299,21 @@ TEST(CliGenerate, DitDtypeFp8RunsAndChangesTheClip) {
   const std::string db((std::istreambuf_iterator<char>(fb)), std::istreambuf_iterator<char>());
   EXPECT_FALSE(da.empty());
   EXPECT_NE(da, db) << "--dit-dtype fp8 gave the default clip's bytes";
-  const fs::path c = tmp.path() / "fp8_block.mp4", receipt_c = tmp.path() / "receipt_block.json";
+  const fs::path c = tmp.path() / "fp8_channel.mp4",
+                 receipt_c = tmp.path() / "receipt_channel.json";
   const RunResult rc =
-      run_h3(small_request(model, c) + " --dit-dtype fp8 --fp8-scaling block --receipt " +
+      run_h3(small_request(model, c) + " --dit-dtype fp8 --fp8-scaling channel --receipt " +
              shell_quote(receipt_c.string()));
   ASSERT_EQ(rc.status, 0) << rc.output;
   std::ifstream in_c(receipt_c);
   const std::string text_c((std::istreambuf_iterator<char>(in_c)),
                            std::istreambuf_iterator<char>());
-  EXPECT_TRUE(contains(text_c, "\"dit_fp8_scaling\": \"block\"")) << text_c;
-  EXPECT_TRUE(contains(text, "\"dit_fp8_scaling\": \"channel\"")) << text;
+  EXPECT_TRUE(contains(text_c, "\"dit_fp8_scaling\": \"channel\"")) << text_c;
+  EXPECT_TRUE(contains(text, "\"dit_fp8_scaling\": \"block\"")) << text;
   std::ifstream fc(c, std::ios::binary);
   const std::string dc((std::istreambuf_iterator<char>(fc)), std::istreambuf_iterator<char>());
   EXPECT_FALSE(dc.empty());
-  EXPECT_NE(dc, db) << "--fp8-scaling block gave the per-channel clip's bytes";
+  EXPECT_NE(dc, db) << "--fp8-scaling channel gave the per-block clip's bytes";
 }
 
 // The default output path encodes each window's frames while the next window decodes; it must give
@@ -367,7 +368,8 @@ TEST(CliGenerate, BadRequestsFailBeforeWritingAnything) {
       {" --workflow fl2va", "keyframe"},      // fl2va without an image
       {" --frobnicate 1", "unknown option"},
       {" --dit-dtype fp16", "--dit-dtype"},
-      {" --fp8-scaling block", "--dit-dtype fp8"},  // nothing to scale per block
+      {" --fp8-scaling block", "--dit-dtype fp8"},    // nothing to scale per block
+      {" --fp8-scaling channel", "--dit-dtype fp8"},  // nor per channel
       {" --dit-dtype fp8 --fp8-scaling rows", "'rows'"},
       {" --vae-attention fast", "--vae-attention: unknown attention kernel 'fast'"},
       {" --vae-attention hopper", "--vae-attention hopper is not available on cpu"},

@@ -33,10 +33,12 @@ class DitFp8Test : public ::testing::Test {
     models::make_tiny(repo_, {});
   }
   static void TearDownTestSuite() { dir_.reset(); }
-  static dit::DitModel load(bool fp8) {
+  static dit::DitModel load(bool fp8,
+                            ops::Fp8WeightScaling scaling = ops::Fp8WeightScaling::kPerChannel) {
     dit::DitOptions o;
     o.precision = dit::DitPrecision::kBF16;
     o.fp8 = fp8;
+    o.fp8_scaling = scaling;
     return dit::DitModel::load(repo_ + "/transformer", o);
   }
   static std::unique_ptr<test::TempDir> dir_;
@@ -45,20 +47,22 @@ class DitFp8Test : public ::testing::Test {
 std::unique_ptr<test::TempDir> DitFp8Test::dir_;
 std::string DitFp8Test::repo_;
 
-// Each E4M3 value times its channel's scale is the loaded bf16 weight to within half a step of
-// E4M3 (2^-4 relative for normal values, 2^-10 of the scale below them).
+// Each E4M3 value times its channel's (or 128 x 128 block's) scale is the loaded bf16 weight to
+// within half a step of E4M3 (2^-4 relative for normal values, 2^-10 of the scale below them).
 void expect_quantized(const Tensor& q, const Tensor& scale, const Tensor& w,
-                      const std::string& what) {
+                      const std::string& what, ops::Fp8WeightScaling scaling) {
   ASSERT_EQ(q.dtype(), DType::kF8E4M3) << what;
   ASSERT_EQ(q.shape(), w.shape()) << what;
-  ASSERT_EQ(scale.shape(), Shape{w.size(0)}) << what;
+  const int64_t n = w.size(0), k = w.size(1), kb = (k + 127) / 128;
+  const bool block = scaling == ops::Fp8WeightScaling::kPerBlock;
+  const Shape want = block ? Shape{(n + 127) / 128, kb} : Shape{n};
+  ASSERT_EQ(scale.shape(), want) << what;
   const std::vector<float> d =
-      ops::dequantize_weight_fp8({q, scale, ops::Fp8WeightScaling::kPerChannel}, DType::kF32)
-          .to_f32_vector();
+      ops::dequantize_weight_fp8({q, scale, scaling}, DType::kF32).to_f32_vector();
   const std::vector<float> v = w.to_f32_vector(), s = scale.to_f32_vector();
-  const int64_t k = w.size(1);
   for (size_t i = 0; i < v.size(); ++i) {
-    const float sc = s[i / static_cast<size_t>(k)];
+    const int64_t r = static_cast<int64_t>(i) / k, c = static_cast<int64_t>(i) % k;
+    const float sc = s[static_cast<size_t>(block ? r / 128 * kb + c / 128 : r)];
     ASSERT_LE(std::fabs(d[i] - v[i]), 0.0625f * std::fabs(v[i]) + sc * 0x1p-10f)
         << what << " [" << i << "]";
   }
@@ -66,34 +70,38 @@ void expect_quantized(const Tensor& q, const Tensor& scale, const Tensor& w,
 
 TEST_F(DitFp8Test, BlockProjectionsAndAdalnBecomeE4M3AndNothingElse) {
   const dit::DitModel base = load(false);
-  const dit::DitModel m = load(true);
-  const dit::DitWeights &a = base.weights(), &b = m.weights();
-  ASSERT_EQ(a.blocks.size(), b.blocks.size());
-  ASSERT_FALSE(b.blocks.empty());
-  auto check = [&](const dit::DitAttentionWeights& wa, const dit::DitAttentionWeights& wb,
-                   const dit::DitFeedForwardWeights& fa, const dit::DitFeedForwardWeights& fb,
-                   const std::string& where) {
-    expect_quantized(wb.to_q, wb.to_q_scale, wa.to_q, where + " to_q");
-    expect_quantized(wb.to_k, wb.to_k_scale, wa.to_k, where + " to_k");
-    expect_quantized(wb.to_v, wb.to_v_scale, wa.to_v, where + " to_v");
-    expect_quantized(wb.to_out, wb.to_out_scale, wa.to_out, where + " to_out");
-    expect_quantized(fb.fc_in, fb.fc_in_scale, fa.fc_in, where + " fc_in");
-    expect_quantized(fb.fc_out, fb.fc_out_scale, fa.fc_out, where + " fc_out");
-    EXPECT_EQ(wb.norm_q.dtype(), wa.norm_q.dtype()) << where;
-  };
-  for (size_t i = 0; i < b.blocks.size(); ++i) {
-    check(a.blocks[i].attn, b.blocks[i].attn, a.blocks[i].ff, b.blocks[i].ff,
-          "block " + std::to_string(i));
-    expect_quantized(b.blocks[i].adaln_w, b.blocks[i].adaln_scale, a.blocks[i].adaln_w,
-                     "block " + std::to_string(i) + " adaln");
-    EXPECT_EQ(b.blocks[i].adaln_b.dtype(), a.blocks[i].adaln_b.dtype());
-    EXPECT_EQ(b.blocks[i].norm1.dtype(), a.blocks[i].norm1.dtype());
+  for (ops::Fp8WeightScaling scaling :
+       {ops::Fp8WeightScaling::kPerChannel, ops::Fp8WeightScaling::kPerBlock}) {
+    SCOPED_TRACE(ops::fp8_weight_scaling_name(scaling));
+    const dit::DitModel m = load(true, scaling);
+    const dit::DitWeights &a = base.weights(), &b = m.weights();
+    ASSERT_EQ(a.blocks.size(), b.blocks.size());
+    ASSERT_FALSE(b.blocks.empty());
+    auto check = [&](const dit::DitAttentionWeights& wa, const dit::DitAttentionWeights& wb,
+                     const dit::DitFeedForwardWeights& fa, const dit::DitFeedForwardWeights& fb,
+                     const std::string& where) {
+      expect_quantized(wb.to_q, wb.to_q_scale, wa.to_q, where + " to_q", scaling);
+      expect_quantized(wb.to_k, wb.to_k_scale, wa.to_k, where + " to_k", scaling);
+      expect_quantized(wb.to_v, wb.to_v_scale, wa.to_v, where + " to_v", scaling);
+      expect_quantized(wb.to_out, wb.to_out_scale, wa.to_out, where + " to_out", scaling);
+      expect_quantized(fb.fc_in, fb.fc_in_scale, fa.fc_in, where + " fc_in", scaling);
+      expect_quantized(fb.fc_out, fb.fc_out_scale, fa.fc_out, where + " fc_out", scaling);
+      EXPECT_EQ(wb.norm_q.dtype(), wa.norm_q.dtype()) << where;
+    };
+    for (size_t i = 0; i < b.blocks.size(); ++i) {
+      check(a.blocks[i].attn, b.blocks[i].attn, a.blocks[i].ff, b.blocks[i].ff,
+            "block " + std::to_string(i));
+      expect_quantized(b.blocks[i].adaln_w, b.blocks[i].adaln_scale, a.blocks[i].adaln_w,
+                       "block " + std::to_string(i) + " adaln", scaling);
+      EXPECT_EQ(b.blocks[i].adaln_b.dtype(), a.blocks[i].adaln_b.dtype());
+      EXPECT_EQ(b.blocks[i].norm1.dtype(), a.blocks[i].norm1.dtype());
+    }
+    for (size_t i = 0; i < b.refiner.size(); ++i)
+      check(a.refiner[i].attn, b.refiner[i].attn, a.refiner[i].ff, b.refiner[i].ff,
+            "refiner " + std::to_string(i));
+    EXPECT_EQ(b.proj_in_w.dtype(), DType::kF32);  // float32 islands untouched
+    EXPECT_EQ(b.context_w.dtype(), DType::kBF16);
   }
-  for (size_t i = 0; i < b.refiner.size(); ++i)
-    check(a.refiner[i].attn, b.refiner[i].attn, a.refiner[i].ff, b.refiner[i].ff,
-          "refiner " + std::to_string(i));
-  EXPECT_EQ(b.proj_in_w.dtype(), DType::kF32);  // float32 islands untouched
-  EXPECT_EQ(b.context_w.dtype(), DType::kBF16);
 }
 
 TEST_F(DitFp8Test, StreamingFp8BlocksIsRefusedByName) {
@@ -131,7 +139,7 @@ TEST_F(DitFp8Test, PerChannelCheckpointLoadsAsTheQuantizedModel) {
   dit::DitOptions o;
   o.precision = dit::DitPrecision::kBF16;
   const dit::DitModel m = dit::DitModel::load(dir, o);
-  const dit::DitModel ref = load(true);
+  const dit::DitModel ref = load(true, ops::Fp8WeightScaling::kPerChannel);
   EXPECT_TRUE(m.fp8_weights());
   EXPECT_FALSE(load(false).fp8_weights());
   EXPECT_GT(m.weights().fp8_from_checkpoint, 0);

@@ -33,9 +33,9 @@ struct DitBenchOptions {
   DitPrecision precision = DitPrecision::kBF16;
   DitRounding rounding = DitRounding::kFused;
   bool fp8 = false;  // --dit-dtype fp8: the blocks' projections as FP8 GEMMs (DitOptions::fp8)
-  // --fp8-scaling: per-channel weights with per-token activations, or 128 x 128 blocks with
-  // per-group activations (DitOptions::fp8_scaling).
-  ops::Fp8WeightScaling fp8_scaling = ops::Fp8WeightScaling::kPerChannel;
+  // --fp8-scaling: 128 x 128 blocks with per-group activations (the default), or per-channel
+  // weights with per-token activations (DitOptions::fp8_scaling).
+  ops::Fp8WeightScaling fp8_scaling = ops::Fp8WeightScaling::kPerBlock;
   // > 0: a random LoRA adapter of this rank on every block's attention and FFN projections
   // (q, k, v, out, fc_in, fc_out), applied with lora_mode before timing (dit_lora.h).
   int64_t lora_rank = 0;

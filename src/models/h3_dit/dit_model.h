@@ -90,9 +90,10 @@ struct DitOptions {
   // token as each layer runs (ops/fp8.h; on the CPU the same rounding, emulated). Every block
   // stays resident: streaming FP8 blocks is refused for now.
   bool fp8 = false;
-  // --fp8-scaling block: the weights in 128 x 128 blocks and the activations per token and 128
-  // columns instead (the scaling DeepSeek-style FP8 checkpoints use; cuBLASLt's block scaling).
-  ops::Fp8WeightScaling fp8_scaling = ops::Fp8WeightScaling::kPerChannel;
+  // --fp8-scaling: the weights in 128 x 128 blocks and the activations per token and 128 columns
+  // (the default; the scaling DeepSeek-style FP8 checkpoints use, cuBLASLt's block scaling), or
+  // per output channel with activations per token (--fp8-scaling channel).
+  ops::Fp8WeightScaling fp8_scaling = ops::Fp8WeightScaling::kPerBlock;
 };
 
 // The number of main blocks that stay on the device under `options` for a model of `num_layers`

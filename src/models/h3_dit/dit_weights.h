@@ -100,9 +100,8 @@ DitTensorRef dit_tensor_ref(DitWeights& w, const DitConfig& config, const std::s
 // per-output-channel scales, quantized where they live, one tensor at a time, so that no second
 // full copy of the weights exists. The embedders, heads, norms and the modulation arithmetic keep
 // their dtype. Returns the bytes the quantized weights take (values and scales).
-// `scaling`: per output channel (the default) or per 128 x 128 block (--fp8-scaling block).
-uint64_t quantize_block_linears_fp8(
-    DitWeights& w, ops::Fp8WeightScaling scaling = ops::Fp8WeightScaling::kPerChannel);
+// `scaling`: per output channel or per 128 x 128 block (--fp8-scaling).
+uint64_t quantize_block_linears_fp8(DitWeights& w, ops::Fp8WeightScaling scaling);
 
 // Where and in which dtypes the weights live. `body_dtype` applies to every tensor outside the fp32
 // islands (kBF16 as the release stores them, or kF32 to widen them exactly); the islands are always
