@@ -1,6 +1,7 @@
 // h3 make-tiny DIR [--seed N] [--released-shapes]: writes a MiniMax-H3 repository with random
 // weights, either tiny (golden tiny-h3 dimensions) or at the released shapes as sparse files.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ int run_make_tiny(const std::vector<std::string>& args) {
           "                      released): canvases then come in multiples of 2N\n"
           "  --vae-latent-channels N  the video VAE's latent width (default 24, as released;\n"
           "                      1-256); the DiT's in_channels follows it\n"
+          "  --text-context-scale S  multiply the conditioner's attention output projections\n"
+          "                      by S in [0, 1] (default 1): 0 makes each text row a function of\n"
+          "                      its own token (the trained tiny model's conditioner)\n"
           "  --force             replace an existing MiniMax-H3 repository in DIR\n");
       return 0;
     }
@@ -69,6 +73,16 @@ int run_make_tiny(const std::vector<std::string>& args) {
       H3_CHECK(n >= 1 && n <= 256, h3::ErrorCode::kInvalidArgument,
                "--vae-latent-channels must be an integer in [1, 256], got '", v, "'");
       opt.vae_latent_channels = n;
+    } else if (a == "--text-context-scale") {
+      H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument,
+               "--text-context-scale needs a value");
+      const std::string& v = args[++i];
+      char* end = nullptr;
+      const double s = std::strtod(v.c_str(), &end);
+      H3_CHECK(!v.empty() && end == v.c_str() + v.size() && s >= 0.0 && s <= 1.0,
+               h3::ErrorCode::kInvalidArgument,
+               "--text-context-scale must be a number in [0, 1], got '", v, "'");
+      opt.text_context_scale = static_cast<float>(s);
     } else if (!a.empty() && a[0] == '-') {
       h3::fail(h3::ErrorCode::kInvalidArgument, "unknown option '", a,
                "' (see h3 make-tiny --help)");

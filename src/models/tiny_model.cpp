@@ -740,8 +740,11 @@ void write_weights(const fs::path& folder, const std::string& component, const j
   if (!opt.released_shapes) {
     std::vector<io::NamedTensor> tensors;
     for (const TensorSpec* t : specs) {
-      tensors.push_back(
-          {t->name, Tensor::from_f32(init_values(*t, opt.seed, component), t->shape, t->dtype)});
+      std::vector<float> v = init_values(*t, opt.seed, component);
+      if (component == "text_encoder" && opt.text_context_scale != 1.0f &&
+          t->name.find(".self_attn.o_proj.weight") != std::string::npos)
+        for (float& x : v) x *= opt.text_context_scale;
+      tensors.push_back({t->name, Tensor::from_f32(v, t->shape, t->dtype)});
     }
     io::write_safetensors((folder / (stem + ".safetensors")).string(), tensors, meta);
     return;
@@ -868,6 +871,11 @@ void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
            "make-tiny: the VAE's latent channels must be in [1, 256], got ", lc);
   H3_CHECK(lc == 0 || !opt.released_shapes, ErrorCode::kInvalidArgument,
            "make-tiny: VAE latent channels are for tiny repositories, not --released-shapes");
+  H3_CHECK(opt.text_context_scale >= 0.0f && opt.text_context_scale <= 1.0f,
+           ErrorCode::kInvalidArgument, "make-tiny: the text context scale must be in [0, 1], got ",
+           opt.text_context_scale);
+  H3_CHECK(opt.text_context_scale == 1.0f || !opt.released_shapes, ErrorCode::kInvalidArgument,
+           "make-tiny: a text context scale is for tiny repositories, not --released-shapes");
   std::error_code ec;
   fs::path target = fs::absolute(dir, ec).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();  // trailing slash

@@ -42,6 +42,13 @@ struct MakeTinyOptions {
   // The video VAE's latent channels: 0 keeps the release's 24. The DiT's (and the reference DiT's)
   // in_channels follow, as the reference pairs them. Tiny only.
   int64_t vae_latent_channels = 0;
+  // Multiplies the conditioner's attention output projections (every language-model layer's
+  // `self_attn.o_proj.weight`). Fifty random causal attention layers mix each text row with the
+  // rows before it until context outweighs the token itself (a word's row is closer to another
+  // word's in the same prompt than to its own in another prompt); a trained text encoder keeps a
+  // word's features mostly its own. 0 makes every row a function of its own token. The trained
+  // tiny model is built on such a conditioner. Tiny only; 1 keeps the random weights as they are.
+  float text_context_scale = 1.0f;
 };
 
 // `dir` must not exist or be an empty folder. Throws h3::Error naming the path on failure (and

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -262,6 +263,74 @@ TEST(CliMakeTiny, ReleasedShapesPassInfo) {
   std::printf("%s", r.output.c_str());
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(contains(r.output, "33,122,992,896 params, 61.73 GiB"));  // h3_dit_spec.md §1.3
+}
+
+// --text-context-scale 0 (the trained tiny model's conditioner): each text row the DiT reads is a
+// function of its own token, so the motion word at the end of two prompts that differ in colour
+// and shape gets the same row; with the random attention (scale 1) context outweighs the word.
+// Only the attention output projections change. Values outside [0, 1] are refused by name.
+TEST(CliMakeTiny, TextContextScaleZeroMakesRowsContextFree) {
+  H3_REQUIRE_BIN();
+  TempDir tmp;
+  const std::string prompts[2] = {"a red circle moves to the left",
+                                  "a blue square moves to the left"};
+  auto last_rows = [&](const std::string& flags, const std::string& name) {
+    const std::string dir = (tmp.path() / name).string(), out = dir + ".safetensors";
+    RunResult r = run_h3("make-tiny " + shell_quote(dir) + " --seed 0" + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    r = run_h3("encode-text --model " + shell_quote(dir) + " --prompt " + shell_quote(prompts[0]) +
+               " --prompt " + shell_quote(prompts[1]) + " --out " + shell_quote(out));
+    EXPECT_EQ(r.status, 0) << r.output;
+    const io::Checkpoint ck = io::Checkpoint::open(out);
+    std::vector<std::vector<float>> rows;
+    for (int i = 0; i < 2; ++i) {
+      const Tensor t = ck.tensor("prompt." + std::to_string(i) + ".embeds");
+      const std::vector<float> v = t.to_f32_vector();
+      const size_t d = static_cast<size_t>(t.size(1));
+      rows.emplace_back(v.end() - static_cast<std::ptrdiff_t>(d), v.end());
+    }
+    return rows;
+  };
+  auto cosine = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ab += double(a[i]) * b[i];
+      aa += double(a[i]) * a[i];
+      bb += double(b[i]) * b[i];
+    }
+    return ab / std::sqrt(aa * bb);
+  };
+  const auto random = last_rows("", "random");
+  const auto free = last_rows(" --text-context-scale 0", "context_free");
+  const double c_random = cosine(random[0], random[1]), c_free = cosine(free[0], free[1]);
+  std::printf("the word 'left' after two contexts: cosine %.4f (random), %.6f (scale 0)\n",
+              c_random, c_free);
+  // Equal up to float32 rounding (the rows sit at other positions of the CPU's GEMMs).
+  EXPECT_GT(c_free, 0.99999);
+  EXPECT_LT(c_random, 0.99);
+  // The rest of the conditioner is the random one's, byte for byte.
+  const io::Checkpoint a = io::Checkpoint::open((tmp.path() / "random/text_encoder").string());
+  const io::Checkpoint b =
+      io::Checkpoint::open((tmp.path() / "context_free/text_encoder").string());
+  int zeroed = 0;
+  for (const std::string& name : a.names()) {
+    const std::vector<float> va = a.tensor(name).to_f32_vector(),
+                             vb = b.tensor(name).to_f32_vector();
+    if (name.find(".self_attn.o_proj.weight") != std::string::npos) {
+      EXPECT_EQ(vb, std::vector<float>(va.size(), 0.0f)) << name;
+      ++zeroed;
+    } else {
+      EXPECT_EQ(va, vb) << name;
+    }
+  }
+  EXPECT_GT(zeroed, 0);
+  for (const char* bad : {"1.5", "-0.1", "x"}) {
+    const RunResult r = run_h3("make-tiny " + shell_quote((tmp.path() / "bad").string()) +
+                               " --text-context-scale " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_TRUE(contains(r.output, "--text-context-scale")) << r.output;
+    EXPECT_FALSE(fs::exists(tmp.path() / "bad"));
+  }
 }
 
 // `h3 info --plan`: the memory plan of the released shapes for given device and host sizes, as JSON.

@@ -15,7 +15,8 @@ diffusers sources; no network), one part per call, each a few minutes:
 `--device cpu` with `--smoke` checks a part on a machine without a GPU (cpu_check/run.sh runs them all).
 
 TINY is a repository written by `h3 make-tiny`: its tokenizer, processor, schedulers, text encoder
-(random, frozen) and transformer_ref are kept as they are. The trained parts go to WORK/parts/<part>/
+(random, frozen; `h3 make-tiny --text-context-scale 0` for the kept parts, README.md "The
+conditioner") and transformer_ref are kept as they are. The trained parts go to WORK/parts/<part>/
 (config.json, model.safetensors in float32, log.json); `export` assembles WORK/repo, the released
 layout with the release's dtypes, and WORK/PROVENANCE.md. README.md beside this file has the recipe,
 the prompt-feature contract and the device commands.
