@@ -5,7 +5,9 @@
 // Runs the generation's first two stages (prepare, encode) per prompt: the same path as
 // `h3 generate`.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "core/status.h"
 #include "io/repo.h"
 #include "io/safetensors.h"
+#include "io/sha256.h"
 #include "pipeline/engine.h"
 #include "pipeline/generate.h"
 
@@ -30,7 +33,8 @@ void print_help() {
       "Writes the conditioner's features of each prompt as the DiT receives them in t2va\n"
       "(encoder_hidden_states [L, text_dim], float32) to a safetensors file: tensors\n"
       "`prompt.<i>.embeds` and `prompt.<i>.input_ids` (int64, the presented token ids) for the\n"
-      "i-th prompt, and the prompts themselves as a JSON list in the metadata entry `prompts`.\n\n"
+      "i-th prompt, the prompts themselves as a JSON list in the metadata entry `prompts`, and\n"
+      "`text_encoder_sha256`, the SHA-256 of text_encoder/model.safetensors.\n\n"
       "  --prompt TEXT     a prompt (repeatable)\n"
       "  --prompts FILE    a JSON list of prompts\n"
       "  --device D        cpu (default) or cuda[:N]\n");
@@ -97,7 +101,14 @@ int run_encode_text(const std::vector<std::string>& args) {
         {p + "input_ids",
          h3::Tensor::from_i64(r.input_ids, {static_cast<int64_t>(r.input_ids.size())})});
   }
-  h3::io::write_safetensors(out, tensors, {{"prompts", nlohmann::json(prompts).dump()}});
+  std::map<std::string, std::string> meta = {{"prompts", nlohmann::json(prompts).dump()}};
+  // The features belong to these conditioner weights: the digest lets a consumer (the tiny
+  // model's training) refuse features of another text encoder. A sharded one has no single file.
+  const std::filesystem::path te =
+      std::filesystem::path(model) / "text_encoder" / "model.safetensors";
+  if (std::filesystem::is_regular_file(te))
+    meta["text_encoder_sha256"] = h3::io::sha256_file_hex(te.string());
+  h3::io::write_safetensors(out, tensors, meta);
   std::printf("wrote %s: %zu prompt(s)\n", out.c_str(), prompts.size());
   return 0;
 }

@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "io/safetensors.h"
+#include "io/sha256.h"
 #include "pipeline/generate.h"
 #include "support/cli.h"
 #include "support/golden.h"
@@ -417,7 +417,8 @@ TEST(CliGenerate, FailureMidRunLeavesNoOutputFile) {
 }
 
 // `h3 encode-text` writes each prompt's features as the generation computes them (the same path:
-// bit for bit the prompt_embeds of a generation of that prompt), with the ids and the prompts.
+// bit for bit the prompt_embeds of a generation of that prompt), with the ids, the prompts and
+// the digest of the text encoder they came from.
 TEST(CliGenerate, EncodeTextWritesTheFeaturesTheGenerationUses) {
   TempDir tmp("h3_cli_encode_text");
   const fs::path model = make_tiny(tmp.path());
@@ -430,6 +431,8 @@ TEST(CliGenerate, EncodeTextWritesTheFeaturesTheGenerationUses) {
   const auto f = io::SafetensorsFile::open(out);
   EXPECT_EQ(f->metadata().at("prompts"),
             R"(["a red circle bounces","a blue square moves to the left"])");
+  EXPECT_EQ(f->metadata().at("text_encoder_sha256"),
+            io::sha256_file_hex((model / "text_encoder" / "model.safetensors").string()));
   pipeline::GenerateRequest req;
   req.prompt = "a blue square moves to the left";
   req.height = 32;
