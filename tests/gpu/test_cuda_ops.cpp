@@ -59,6 +59,12 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
 
+// Two quantizations of the same rows: the same E4M3 bytes and the same scales.
+void expect_same_fp8(const ops::Fp8Activation& a, const ops::Fp8Activation& b, const char* what) {
+  EXPECT_TRUE(same_bytes(a.data, b.data)) << what << ": E4M3 values differ";
+  EXPECT_TRUE(same_bytes(a.scale, b.scale)) << what << ": scales differ";
+}
+
 using ::h3::test::ScopedEnv;
 
 // RoPE cos (or sin) tables [s, rot] on the GPU, both halves at the same angles.
@@ -309,8 +315,7 @@ TEST(CudaFusion, Fp8VectorQuantizationEqualsTheScalarKernel) {
         ASSERT_FALSE(ops::cuda::quantizes_vectorized(x, act));
         plain = ops::quantize_activation_fp8(x, act);
       }
-      EXPECT_TRUE(same_bytes(vec.data, plain.data)) << "E4M3 values differ";
-      EXPECT_TRUE(same_bytes(vec.scale, plain.scale)) << "scales differ";
+      expect_same_fp8(vec, plain, "vectorized against scalar");
     }
   }
 }
@@ -353,10 +358,8 @@ TEST(CudaFusion, SwigluFp8EqualsSwigluThenQuantize) {
       EXPECT_EQ(fused.shape, (Shape{1, m, f}));
       EXPECT_EQ(fused.dtype, dt);
       EXPECT_EQ(fused.scaling, act);
-      EXPECT_TRUE(same_bytes(fused.data, plain.data)) << "E4M3 values differ from the two ops";
-      EXPECT_TRUE(same_bytes(fused.scale, plain.scale)) << "scales differ from the two ops";
-      EXPECT_TRUE(same_bytes(fused.data, composed.data));
-      EXPECT_TRUE(same_bytes(fused.scale, composed.scale));
+      expect_same_fp8(fused, plain, "fused against the switch off");
+      expect_same_fp8(fused, composed, "fused against the two ops");
     }
   }
 }
@@ -403,10 +406,8 @@ TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
       EXPECT_EQ(fused.shape, (Shape{m, c}));
       EXPECT_EQ(fused.dtype, dt);
       EXPECT_EQ(fused.scaling, act);
-      EXPECT_TRUE(same_bytes(fused.data, composed.data)) << "E4M3 values differ from the two ops";
-      EXPECT_TRUE(same_bytes(fused.scale, composed.scale)) << "scales differ from the two ops";
-      EXPECT_TRUE(same_bytes(off.data, composed.data));
-      EXPECT_TRUE(same_bytes(off.scale, composed.scale));
+      expect_same_fp8(fused, composed, "fused against the two ops");
+      expect_same_fp8(off, composed, "the switch off against the two ops");
     }
   }
   const int64_t c = 1032;
