@@ -115,22 +115,25 @@ int run_eval_tiny(const std::vector<std::string>& args) {
     std::printf("h3 eval tiny: %s, %lld cases, %s, %s\n", f.model_dir.c_str(),
                 static_cast<long long>(cases.size()), engine.device().str().c_str(),
                 settings.describe().c_str());
-    std::printf("  %-4s %-38s %-7s %-8s %-7s %-8s %-9s %-7s %-9s %-7s %7s\n", "case", "prompt",
-                "colour", "", "shape", "", "motion", "", "pitch Hz", "", "s");
+    // fill and taper are what the shape is read from (SPEC.md: triangle below 0.54 taper, else
+    // square above 0.86 fill): they show how near a case is to turning.
+    std::printf("  %-4s %-38s %-7s %-8s %-8s %-5s %-5s %-8s %-9s %-7s %-9s %-7s %7s\n", "case",
+                "prompt", "colour", "", "shape", "fill", "taper", "", "motion", "", "pitch Hz", "",
+                "s");
   }
   auto mark = [](bool ok) { return ok ? "ok" : "WRONG"; };
   const ev::TinyEvalReport rep =
       ev::run_tiny_eval(engine, cases, f.request, [&](const ev::TinyEvalResult& r) {
         if (e.json) return;
         const ev::AttributeEstimate& est = r.estimate;
-        std::printf("  %-4lld %-38s %-7s %-8s %-7s %-8s %-9s %-7s %-9.1f %-7s %7.2f\n",
-                    static_cast<long long>(r.c.index), r.c.prompt.c_str(),
-                    est.colour ? std::string(ev::colour_name(est.colour->colour)).c_str() : "-",
-                    mark(r.colour),
-                    est.shape ? std::string(ev::shape_name(est.shape->shape)).c_str() : "-",
-                    mark(r.shape),
-                    est.motion ? std::string(ev::motion_name(est.motion->motion)).c_str() : "-",
-                    mark(r.motion), est.pitch.peak_hz, mark(r.pitch), r.seconds);
+        std::printf(
+            "  %-4lld %-38s %-7s %-8s %-8s %-5.2f %-5.2f %-8s %-9s %-7s %-9.1f %-7s %7.2f\n",
+            static_cast<long long>(r.c.index), r.c.prompt.c_str(),
+            est.colour ? std::string(ev::colour_name(est.colour->colour)).c_str() : "-",
+            mark(r.colour), est.shape ? std::string(ev::shape_name(est.shape->shape)).c_str() : "-",
+            est.shape ? est.shape->fill : 0.0, est.shape ? est.shape->taper : 0.0, mark(r.shape),
+            est.motion ? std::string(ev::motion_name(est.motion->motion)).c_str() : "-",
+            mark(r.motion), est.pitch.peak_hz, mark(r.pitch), r.seconds);
         std::fflush(stdout);
       });
 

@@ -57,8 +57,8 @@ TEST_F(TinyEvalCli, TableNamesEveryCase) {
   H3_REQUIRE_BIN();
   const RunResult r = run_h3(base());
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* s :
-       {"a red circle moves to the left", "a green square moves down", "accuracy over 2 cases"})
+  for (const char* s : {"a red circle moves to the left", "a green square moves down", "fill",
+                        "taper", "accuracy over 2 cases"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << " in\n" << r.output;
 }
 

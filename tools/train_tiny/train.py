@@ -152,6 +152,11 @@ def shifted_sigma(u, shift):
     return shift * u / (1.0 + (shift - 1.0) * u)
 
 
+def unshifted_sigma(sigma, shift):
+    """The base sigma u whose shifted sigma is `sigma` (the inverse of shifted_sigma)."""
+    return sigma / (shift - (shift - 1.0) * sigma)
+
+
 def t2va_layout(num_text, num_frames, lat_h, lat_w, num_audio, patch=(1, 2, 2),
                 audio_channels=AUDIO_CHANNELS):
     """The t2va packed layout [text | target audio | target video] (numpy, float64 positions):
@@ -352,6 +357,7 @@ def self_check():
     assert rows[1, 8 + 3, 5 * 4 + 1 * 2 + 0] == lat[1, 5, 1, 1, 6]  # frame 1, patch (0, 3), c5 dy1 dx0
     assert np.array_equal(unpatchify_np(rows, 24, 12, 4, 8), lat)
     assert abs(shifted_sigma(0.5, 12.0) - 12 / 13) < 1e-12 and shifted_sigma(1.0, 3.0) == 1.0
+    assert all(abs(shifted_sigma(unshifted_sigma(x, 12.0), 12.0) - x) < 1e-12 for x in (0.0, 0.3, 0.9, 1.0))
     png = png_bytes(np.zeros((2, 3, 3), dtype=np.uint8))
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     ok = 0
@@ -1361,24 +1367,38 @@ def part_dit(args, log):
               "stratified_noise_levels": bool(args.stratify),
               "train_clips": len(train["prompt"]), "data_seed": train["seed"], "params": params,
               "timestep_sampling": "base sigma u ~ U(0,1) per micro-batch (stratified over the step when "
-                                   "stratified_noise_levels); video t = 1 - shift12(u), audio t = 1 - shift3(u)",
+                                   "stratified_noise_levels); video t = 1 - shift12(u), audio t = 1 - shift3(u); "
+                                   "a low_noise_share of the micro-batches take u = shift12^-1(u) instead, so that "
+                                   "their video sigma is uniform",
+              "low_noise_share": args.low_noise_share,
               "env": env_record(), "resumed": bool(args.resume), "log": [], "val": []}
 
-    def validate():
-        """Flow-matching loss on held-out clips at 8 fixed base sigmas with fixed noise."""
+    # The base sigmas the held-out loss is taken at. The eight spread over u put the lowest video
+    # sigma at 0.43; the low three (video sigma 0.1, 0.2, 0.3) are where edges are drawn, reported apart
+    # so that the first series stays comparable with earlier runs.
+    val_points = (0.06, 0.18, 0.31, 0.43, 0.56, 0.68, 0.81, 0.93)
+    val_low_points = tuple(unshifted_sigma(x, VIDEO_SHIFT) for x in (0.1, 0.2, 0.3))
+
+    def validate(points=val_points):
+        """Flow-matching loss on held-out clips at fixed base sigmas with fixed noise."""
         g = torch.Generator(device).manual_seed(1234)
         tot, n = np.zeros(3), 0
         with torch.no_grad():
             for i, p in enumerate(held["prompt"]):
                 txt = txt_cache[p][None]
                 lay = layouts.get(txt.shape[1])
-                for u in (0.06, 0.18, 0.31, 0.43, 0.56, 0.68, 0.81, 0.93):
+                for u in points:
                     l, lv, la = flow_loss(dit, layouts, lay, hv_all[i:i + 1], ha_all[i:i + 1], txt, u, g,
                                           eval_precision, args.audio_weight)
                     tot += [float(l), float(lv), float(la)]
                     n += 1
         return tot / n
 
+    if args.resume and not args.bench_steps:
+        # The resumed weights' held-out loss: what this run's figures compare with.
+        v, vl = validate(), validate(val_low_points)
+        record["val_start"] = {"loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]}
+        log("dit val (resumed weights) loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f" % (*v, vl[1]))
     ema_decay = args.ema
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
@@ -1433,6 +1453,9 @@ def part_dit(args, log):
             L = lens[rng.choice(len(lens), p=weights)]
             idx = rng.choice(by_len[L], size=batch)
             u = float((strata[g] + rng.uniform(0.0, 1.0)) / groups) if args.stratify else float(rng.uniform(0.0, 1.0))
+            if args.low_noise_share > 0 and rng.uniform(0.0, 1.0) < args.low_noise_share:
+                # Read the draw as the video sigma itself: uniform in sigma instead of in u.
+                u = unshifted_sigma(u, VIDEO_SHIFT)
             txt = torch.stack([txt_cache[train["prompt"][i]] for i in idx])
             ix = torch.from_numpy(idx).to(device)
             loss, lv, la = flow_loss(fwd, layouts, layouts.get(L), xv_all[ix], xa_all[ix], txt, u, gen,
@@ -1462,8 +1485,10 @@ def part_dit(args, log):
             log("dit step %d loss %.4f video %.4f audio %.4f gn %.3f" % (step, tot[0], tot[1], tot[2], float(gn)))
         if not args.bench_steps and ((step + 1) % args.val_every == 0 or budget.last(step)):
             v = validate()
-            record["val"].append({"step": step, "loss": v[0], "video": v[1], "audio": v[2]})
-            log("dit val (held-out prompts) step %d loss %.4f video %.4f audio %.4f" % (step, *v))
+            vl = validate(val_low_points)
+            record["val"].append({"step": step, "loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]})
+            log("dit val (held-out prompts) step %d loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f"
+                % (step, *v, vl[1]))
     record["steps_run"], record["stopped_by_time"] = step, budget.stopped_by_time
     # Export the EMA weights.
     with torch.no_grad():
@@ -1471,8 +1496,9 @@ def part_dit(args, log):
             p.copy_(pe)
     dit.eval()
     v = validate()
-    record["val_ema"] = {"loss": v[0], "video": v[1], "audio": v[2]}
-    log("dit val (EMA weights) loss %.4f video %.4f audio %.4f" % tuple(v))
+    vl = validate(val_low_points)
+    record["val_ema"] = {"loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]}
+    log("dit val (EMA weights) loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f" % (*v, vl[1]))
     save_part(args.out, "dit", dit, cfg, record)
     # Samples of the held-out prompts (the evaluation's cases), with the dense preset's 50 points.
     heldout_prompts = [clips.prompt(*a) for a in clips.held_out_attributes()]
@@ -1646,6 +1672,9 @@ def main(argv):
     ap.add_argument("--groups", type=int, default=4, help="dit: micro-batches per step (one timestep each)")
     ap.add_argument("--stratify", action=argparse.BooleanOptionalAction, default=True,
                     help="dit: stratify the micro-batches' noise levels over [0, 1) within a step")
+    ap.add_argument("--low-noise-share", type=float, default=0.0,
+                    help="dit: share of micro-batches whose video sigma is drawn uniformly instead of as shift12(u) "
+                         "(shift 12 puts 3 %% of u ~ U(0,1) below sigma 0.3, where edges are drawn)")
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--audio-weight", type=float, default=1.0)
     ap.add_argument("--precision", choices=("bf16", "bf16-weights", "fp32"), default="bf16",
@@ -1689,6 +1718,8 @@ def main(argv):
         raise SystemExit("fasth3: not implemented. The FastH3 gates (attn.to_gate_compress) belong to the VSA "
                          "compression branch, which the reference's diffusers DiT does not have, and a few-step "
                          "student needs a distillation recipe, not the flow objective; see README.md.")
+    if not 0.0 <= args.low_noise_share <= 1.0:
+        ap.error("--low-noise-share must be in [0, 1], got %g" % args.low_noise_share)
     if args.part == "data":
         if not args.data:
             ap.error("data: --data DIR is required")
