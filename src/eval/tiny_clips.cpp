@@ -154,6 +154,19 @@ std::vector<ClipAttributes> held_out_attributes() {
   return out;
 }
 
+std::vector<ClipAttributes> training_attributes() {
+  std::vector<ClipAttributes> out;
+  for (int run = 0; run + 1 < kNumMotions; ++run)
+    for (const ClipAttributes& held : held_out_attributes()) {
+      ClipAttributes a = held;
+      // The run-th motion other than the held-out one.
+      const int m = run < static_cast<int>(held.motion) ? run : run + 1;
+      a.motion = static_cast<Motion>(m);
+      out.push_back(a);
+    }
+  return out;
+}
+
 ClipParams sample_clip_params(uint64_t seed, uint64_t index) {
   SplitMix rng(seed, index, 0);
   ClipAttributes a = draw_attributes(rng);

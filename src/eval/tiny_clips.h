@@ -92,6 +92,10 @@ struct ClipAttributes {
 bool is_held_out(const ClipAttributes& a);
 // The twelve in the evaluation's order: case k has colour k mod 4 and shape k mod 3.
 std::vector<ClipAttributes> held_out_attributes();
+// The other 48, the triples the training data draws, as four runs of twelve: run j has every
+// colour-shape pair once (in the held-out order), each with the j-th of its four training motions.
+// So the first twelve ask for each pair as the held-out twelve do, and every run is balanced.
+std::vector<ClipAttributes> training_attributes();
 
 // The parameters that, with the attributes, fix a clip. Positions are shape centres in pixels
 // (x right, y down; pixel (i, j) covers [i, i+1) x [j, j+1)); times are in frames.

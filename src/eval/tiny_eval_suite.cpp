@@ -7,17 +7,22 @@
 
 namespace h3::eval {
 
-std::vector<TinyEvalCase> tiny_eval_cases(int64_t count, uint64_t first_seed) {
+std::string_view split_name(TinySplit s) {
+  return s == TinySplit::kTraining ? "training" : "held-out";
+}
+
+std::vector<TinyEvalCase> tiny_eval_cases(int64_t count, uint64_t first_seed, TinySplit split) {
   H3_CHECK(count >= 1, ErrorCode::kInvalidArgument,
            "tiny eval: the number of cases must be at "
            "least 1, got ",
            count);
-  const std::vector<ClipAttributes> held_out = held_out_attributes();
+  const std::vector<ClipAttributes> triples =
+      split == TinySplit::kTraining ? training_attributes() : held_out_attributes();
   std::vector<TinyEvalCase> out;
   for (int64_t k = 0; k < count; ++k) {
     TinyEvalCase c;
     c.index = k;
-    c.attributes = held_out[static_cast<size_t>(k) % held_out.size()];
+    c.attributes = triples[static_cast<size_t>(k) % triples.size()];
     c.prompt = tiny_prompt(c.attributes.colour, c.attributes.shape, c.attributes.motion);
     c.seed = first_seed + static_cast<uint64_t>(k);
     out.push_back(c);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eval/tiny_clips.h"
@@ -26,9 +27,17 @@ struct TinyEvalCase {
   uint64_t seed = 0;  // the generation's seed
 };
 
-// `count` cases: case k asks for held_out_attributes()[k mod 12] with seed first_seed + k, so the
-// first twelve cover every held-out triple once and any count is a prefix of a longer run.
-std::vector<TinyEvalCase> tiny_eval_cases(int64_t count, uint64_t first_seed = 0);
+// Which prompts the evaluation asks for. The held-out triples measure what the model composes;
+// the training ones what it learnt, so that the two together tell a model that cannot draw a
+// shape from one that draws it only for the combinations it saw.
+enum class TinySplit { kHeldOut, kTraining };
+std::string_view split_name(TinySplit s);  // "held-out", "training"
+
+// `count` cases of `split`: case k asks for its triple k mod n (held_out_attributes(), n = 12, or
+// training_attributes(), n = 48) with seed first_seed + k, so the first n cover every triple once
+// and any count is a prefix of a longer run.
+std::vector<TinyEvalCase> tiny_eval_cases(int64_t count, uint64_t first_seed = 0,
+                                          TinySplit split = TinySplit::kHeldOut);
 
 // The request of a case: `base` (steps and anything else the caller set) with the case's prompt
 // and seed, the t2va workflow and the spec's canvas and frame count (duration check off).

@@ -1,6 +1,7 @@
 // `h3 eval tiny` on the random-weight tiny model, on the CPU: the JSON has exactly the model, the
-// four accuracies (fractions; whatever a random model scores) and the number of cases; the table
-// names every case; flags the evaluation fixes itself are refused.
+// four accuracies (fractions; whatever a random model scores) and the number of cases (and the
+// split when it is the training one); the table names every case; flags the evaluation fixes
+// itself are refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -62,6 +63,21 @@ TEST_F(TinyEvalCli, TableNamesEveryCase) {
     EXPECT_NE(r.output.find(s), std::string::npos) << s << " in\n" << r.output;
 }
 
+TEST_F(TinyEvalCli, TrainingSplitAsksForTrainingPrompts) {
+  H3_REQUIRE_BIN();
+  const RunResult r = run_h3(base() + " --split training");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* s : {"2 training cases", "a red circle moves to the right",
+                        "a green square moves to the left", "accuracy over 2 cases"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << " in\n" << r.output;
+  EXPECT_EQ(r.output.find("a red circle moves to the left"), std::string::npos) << r.output;
+  const RunResult js = run_h3(base() + " --split training --json", /*merge_stderr=*/false);
+  ASSERT_EQ(js.status, 0) << js.output;
+  const nlohmann::json j = nlohmann::json::parse(js.output);
+  EXPECT_EQ(j.size(), 4u) << j.dump();
+  EXPECT_EQ(j.at("split").get<std::string>(), "training");
+}
+
 TEST_F(TinyEvalCli, RefusesWhatTheEvaluationFixesAndBadCounts) {
   H3_REQUIRE_BIN();
   for (const char* flag :
@@ -75,6 +91,10 @@ TEST_F(TinyEvalCli, RefusesWhatTheEvaluationFixesAndBadCounts) {
     EXPECT_EQ(r.status, 1) << bad << "\n" << r.output;
     EXPECT_NE(r.output.find("--cases expects a positive integer"), std::string::npos) << r.output;
   }
+  const RunResult r = run_h3("eval tiny --model " + shell_quote(tiny_) + " --split train");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--split expects held-out or training, got 'train'"), std::string::npos)
+      << r.output;
 }
 
 // Without --model the evaluation judges models/h3-tiny under the working folder (where the README's

@@ -204,6 +204,36 @@ TEST(TinyEvalClips, PromptsAndTheHeldOutSet) {
   EXPECT_THROW(tiny_eval_cases(0), Error);
 }
 
+TEST(TinyEvalClips, TrainingSplitIsTheOther48Balanced) {
+  const std::vector<ClipAttributes> train = training_attributes();
+  ASSERT_EQ(train.size(), 48u);
+  std::set<std::tuple<int, int, int>> distinct;
+  for (const ClipAttributes& a : train) {
+    EXPECT_FALSE(is_held_out(a));
+    distinct.insert(
+        {static_cast<int>(a.colour), static_cast<int>(a.shape), static_cast<int>(a.motion)});
+  }
+  EXPECT_EQ(distinct.size(), 48u);
+  // Every run of twelve has each colour three times and each shape four times.
+  for (size_t start = 0; start + 12 <= train.size(); start += 12) {
+    int colours[kNumColours] = {}, shapes[kNumShapes] = {};
+    for (size_t i = start; i < start + 12; ++i) {
+      ++colours[static_cast<int>(train[i].colour)];
+      ++shapes[static_cast<int>(train[i].shape)];
+    }
+    for (int c : colours) EXPECT_EQ(c, 3) << "cases " << start << "-" << start + 11;
+    for (int s : shapes) EXPECT_EQ(s, 4) << "cases " << start << "-" << start + 11;
+  }
+  const std::vector<TinyEvalCase> cases = tiny_eval_cases(50, 7, TinySplit::kTraining);
+  ASSERT_EQ(cases.size(), 50u);
+  EXPECT_EQ(cases[0].prompt, "a red circle moves to the right");
+  EXPECT_EQ(cases[1].prompt, "a green square moves to the left");
+  EXPECT_EQ(cases[48].attributes, cases[0].attributes);
+  EXPECT_EQ(cases[49].seed, 56u);
+  EXPECT_EQ(split_name(TinySplit::kTraining), "training");
+  EXPECT_EQ(split_name(TinySplit::kHeldOut), "held-out");
+}
+
 TEST(TinyEvalClips, SameBytesAsThePythonGenerator) {
   // tools/train_tiny/clips.py REFERENCE_CLIPS / EXPECTED_DIGESTS: FNV-1a 64 of the frames, the
   // waveform's sum and sum of squares.

@@ -1325,6 +1325,7 @@ def part_dit(args, log):
         # launch-bound step needs.
         fwd = torch.compile(work, mode=args.compile_mode)
         log("dit: torch.compile mode %s" % args.compile_mode)
+    cudagraph_steps = args.compile and args.compile_mode == "reduce-overhead"
     master, working = list(dit.parameters()), list(work.parameters())
     # Validation and the samples run the float32 master (EMA) weights under autocast either way.
     eval_precision = "bf16" if args.precision == "bf16-weights" else args.precision
@@ -1458,6 +1459,10 @@ def part_dit(args, log):
                 u = unshifted_sigma(u, VIDEO_SHIFT)
             txt = torch.stack([txt_cache[train["prompt"][i]] for i in idx])
             ix = torch.from_numpy(idx).to(device)
+            if cudagraph_steps:
+                # Each micro-batch is a new replay: its outputs and saved activations may reuse the
+                # previous replay's memory, which the backward above has finished with.
+                torch.compiler.cudagraph_mark_step_begin()
             loss, lv, la = flow_loss(fwd, layouts, layouts.get(L), xv_all[ix], xa_all[ix], txt, u, gen,
                                      args.precision, args.audio_weight)
             (loss / groups).backward()
