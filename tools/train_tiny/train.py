@@ -1379,27 +1379,50 @@ def part_dit(args, log):
     # so that the first series stays comparable with earlier runs.
     val_points = (0.06, 0.18, 0.31, 0.43, 0.56, 0.68, 0.81, 0.93)
     val_low_points = tuple(unshifted_sigma(x, VIDEO_SHIFT) for x in (0.1, 0.2, 0.3))
+    # Between the two series the eight points leave a gap (video sigma 0.43 to 0.72): two more, for
+    # the per-sigma table only.
+    val_mid_points = tuple(unshifted_sigma(x, VIDEO_SHIFT) for x in (0.5, 0.6))
+
+    # The video loss per point of validate_all()'s three series, keyed by the video sigma: where along the
+    # sampling path a run's gains land (the object is placed at high sigma, its edges drawn at low).
+    video_by_sigma = {}
 
     def validate(points=val_points):
         """Flow-matching loss on held-out clips at fixed base sigmas with fixed noise."""
         g = torch.Generator(device).manual_seed(1234)
         tot, n = np.zeros(3), 0
+        per_point = np.zeros(len(points))
         with torch.no_grad():
             for i, p in enumerate(held["prompt"]):
                 txt = txt_cache[p][None]
                 lay = layouts.get(txt.shape[1])
-                for u in points:
+                for j, u in enumerate(points):
                     l, lv, la = flow_loss(dit, layouts, lay, hv_all[i:i + 1], ha_all[i:i + 1], txt, u, g,
                                           eval_precision, args.audio_weight)
                     tot += [float(l), float(lv), float(la)]
+                    per_point[j] += float(lv)
                     n += 1
+        video_by_sigma.update({"%.2f" % shifted_sigma(u, VIDEO_SHIFT): round(float(x) / len(held["prompt"]), 5)
+                               for u, x in zip(points, per_point)})
         return tot / n
+
+    def validate_all(name, step=None):
+        """Both validations, logged; their figures as one record entry."""
+        video_by_sigma.clear()
+        v, vl = validate(), validate(val_low_points)
+        validate(val_mid_points)
+        log("dit val (%s)%s loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f"
+            % (name, "" if step is None else " step %d" % step, *v, vl[1]))
+        log("dit val video loss by sigma " + " ".join(
+            "%s:%.4f" % kv for kv in sorted(video_by_sigma.items(), key=lambda kv: float(kv[0]))))
+        entry = {} if step is None else {"step": step}
+        entry.update({"loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1],
+                      "video_by_sigma": dict(video_by_sigma)})
+        return entry
 
     if args.resume and not args.bench_steps:
         # The resumed weights' held-out loss: what this run's figures compare with.
-        v, vl = validate(), validate(val_low_points)
-        record["val_start"] = {"loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]}
-        log("dit val (resumed weights) loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f" % (*v, vl[1]))
+        record["val_start"] = validate_all("resumed weights")
     ema_decay = args.ema
     t0 = time.time()
     budget = Budget(steps, 0 if args.smoke else args.time_budget)
@@ -1489,21 +1512,14 @@ def part_dit(args, log):
             record["log"].append(e)
             log("dit step %d loss %.4f video %.4f audio %.4f gn %.3f" % (step, tot[0], tot[1], tot[2], float(gn)))
         if not args.bench_steps and ((step + 1) % args.val_every == 0 or budget.last(step)):
-            v = validate()
-            vl = validate(val_low_points)
-            record["val"].append({"step": step, "loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]})
-            log("dit val (held-out prompts) step %d loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f"
-                % (step, *v, vl[1]))
+            record["val"].append(validate_all("held-out prompts", step))
     record["steps_run"], record["stopped_by_time"] = step, budget.stopped_by_time
     # Export the EMA weights.
     with torch.no_grad():
         for pe, p in zip(ema, dit.parameters()):
             p.copy_(pe)
     dit.eval()
-    v = validate()
-    vl = validate(val_low_points)
-    record["val_ema"] = {"loss": v[0], "video": v[1], "audio": v[2], "video_low": vl[1]}
-    log("dit val (EMA weights) loss %.4f video %.4f audio %.4f; video at sigma 0.1-0.3 %.4f" % (*v, vl[1]))
+    record["val_ema"] = validate_all("EMA weights")
     save_part(args.out, "dit", dit, cfg, record)
     # Samples of the held-out prompts (the evaluation's cases), with the dense preset's 50 points.
     heldout_prompts = [clips.prompt(*a) for a in clips.held_out_attributes()]
