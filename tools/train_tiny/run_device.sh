@@ -10,7 +10,8 @@
 #
 # Environment: STEPS_VAE, STEPS_AUDIO, STEPS_DIT (step counts), TIME_VAE, TIME_AUDIO, TIME_DIT
 # (seconds: each part's --time-budget, 0 = none), SEED (default 0), SMOKE=1 (a few
-# steps per part), COUNT (training clips, default 6000), ANCHOR (default .device-anchor), EXTRA
+# steps per part), COUNT (training clips, default 6000), DATA_SEED (the clip stream's seed,
+# default 0: a resumed DiT sees fresh clips with another), ANCHOR (default .device-anchor), EXTRA
 # (more train.py flags for every part). The anchor's packed diffusers sources are unpacked into
 # /tmp/h3-ref as its bench_ref.py does; the clips are rendered into /tmp/h3-tiny-data once per
 # machine. WORK (without the repository copy of an unfinished export) goes to $OUT/train-tiny.tar
@@ -48,7 +49,7 @@ python3 -c 'import numpy, safetensors, torch; print("torch", torch.__version__, 
 
 COUNT=${COUNT:-6000}
 [ -n "$SMOKE_FLAG" ] && COUNT=${COUNT_SMOKE:-128}
-python3 tools/train_tiny/train.py data --data "$DATA" --count "$COUNT" --data-seed 0
+python3 tools/train_tiny/train.py data --data "$DATA" --count "$COUNT" --data-seed "${DATA_SEED:-0}"
 cp "$FEATURES/prompts.json" "$FEATURES/prompt_features.safetensors" "$DATA/"
 
 mkdir -p "$WORK"
