@@ -659,17 +659,19 @@ def write_split(out, count, seed, split, shard, workers):
 def part_data(args, log):
     workers = max(1, min(32, (os.cpu_count() or 2)))
     # Small shards keep the pool busy; the shard size does not change the clips.
-    for split, count in (("train", args.count), ("heldout", args.heldout)):
+    # The held-out clips keep their own seed: with the training clips' seed they would change with
+    # every resumed run's fresh clips, and validation losses could not be compared across runs.
+    for split, count, seed in (("train", args.count, args.data_seed), ("heldout", args.heldout, args.heldout_seed)):
         d = os.path.join(args.data, split)
         if os.path.isfile(os.path.join(d, "manifest.json")):
             with open(os.path.join(d, "manifest.json")) as f:
                 m = json.load(f)
-            if m["count"] == count and m["seed"] == args.data_seed:
-                log("data: %s already has %d clips (seed %d)" % (d, count, args.data_seed))
+            if m["count"] == count and m["seed"] == seed:
+                log("data: %s already has %d clips (seed %d)" % (d, count, seed))
                 continue
             shutil.rmtree(d)
         t = time.time()
-        write_split(d, count, args.data_seed, split, 64, workers)
+        write_split(d, count, seed, split, 64, workers)
         log("data: wrote %d %s clips to %s in %.1fs" % (count, split, d, time.time() - t))
     return 0
 
@@ -1366,7 +1368,7 @@ def part_dit(args, log):
     record = {"part": "dit", "seed": args.seed, "steps": steps, "batch": batch, "groups": groups, "lr": args.lr,
               "ema": args.ema, "audio_weight": args.audio_weight, "precision": args.precision,
               "stratified_noise_levels": bool(args.stratify),
-              "train_clips": len(train["prompt"]), "data_seed": train["seed"], "params": params,
+              "train_clips": len(train["prompt"]), "data_seed": train["seed"], "heldout_seed": held["seed"], "params": params,
               "timestep_sampling": "base sigma u ~ U(0,1) per micro-batch (stratified over the step when "
                                    "stratified_noise_levels); video t = 1 - shift12(u), audio t = 1 - shift3(u); "
                                    "a low_noise_share of the micro-batches take u = shift12^-1(u) instead, so that "
@@ -1720,7 +1722,9 @@ def main(argv):
     ap.add_argument("--features", help="prompt_features.safetensors (default DATA/prompt_features.safetensors)")
     ap.add_argument("--count", type=int, default=6000, help="data: training clips")
     ap.add_argument("--heldout", type=int, default=48, help="data: held-out clips (4 of each held-out triple)")
-    ap.add_argument("--data-seed", type=int, default=0, help="data: the clip stream's seed")
+    ap.add_argument("--data-seed", type=int, default=0, help="data: the training clips' seed")
+    ap.add_argument("--heldout-seed", type=int, default=0,
+                    help="data: the held-out clips' seed (fixed, so that validation losses compare across runs)")
     ap.add_argument("--out-file", help="prompts: where to write prompts.json")
     args = ap.parse_args(argv)
     log = Logger()
