@@ -24,7 +24,8 @@ for flag in "$@"; do
       # A node installed from elsewhere brings its own npm (Debian's npm package would conflict).
       command -v npm >/dev/null || packages+=(npm)
       ;;
-    --reference) packages+=(python3-torch) ;;
+    # The reference's diffusers sources import packaging, requests, filelock and PIL themselves.
+    --reference) packages+=(python3-torch python3-packaging python3-requests python3-filelock python3-pil) ;;
     *) echo "setup-debian.sh: unknown flag '$flag' (known: --browser, --reference)" >&2; exit 2 ;;
   esac
 done

@@ -35,11 +35,12 @@ fi
 if (( want_resized )); then
   torch_python=""
   for p in python3 /usr/bin/python3; do
-    if "$p" -c 'import torch, numpy' 2>/dev/null; then torch_python=$p; break; fi
+    # The rest: what the reference's diffusers sources import themselves.
+    if "$p" -c 'import torch, numpy, packaging, requests, filelock, PIL' 2>/dev/null; then torch_python=$p; break; fi
   done
   anchor="${H3_ANCHOR_DIR:-$(dirname "$src")/anchor}"
   if [[ -z "$torch_python" ]]; then
-    echo "== variant resized: skipped (no python3 with torch and numpy; scripts/setup-debian.sh --reference)"
+    echo "== variant resized: skipped (no python3 with torch, numpy and the reference's imports; scripts/setup-debian.sh --reference)"
   elif [[ ! -f "$anchor/dmin.tar.xz" ]]; then
     echo "== variant resized: skipped (no reference sources at $anchor/dmin.tar.xz; set H3_ANCHOR_DIR)"
   else
