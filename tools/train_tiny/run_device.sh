@@ -74,7 +74,8 @@ for part in "$@"; do
   echo "=== $part ($steps steps, seed $SEED) ==="
   # shellcheck disable=SC2086
   if ! python3 tools/train_tiny/train.py "$part" --repo "$REPO" --data "$DATA" --out "$WORK" \
-      --steps "$steps" --time-budget "$budget" --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 |
+      --steps "$steps" --time-budget "$budget" --time-budget-file "$WORK/time-limit.$part" \
+      --seed "$SEED" $SMOKE_FLAG ${EXTRA:-} 2>&1 |
       tee "$WORK/$part.log" | tee -a "$progress"; then
     status=1
     break

@@ -10,6 +10,10 @@
 #       --text-context-scale 0` (parts/README.md: the repository the kept parts start from).
 #   run_device_bg.sh wait
 #       follows the progress for WAIT seconds (default 540), or until the run ends.
+#   run_device_bg.sh limit PART SECONDS
+#       replaces the running part's time limit (seconds from its start; train.py
+#       --time-budget-file): a lease found shorter than planned still ends with the learning rate
+#       decayed, the weights exported and evaluated. Then follows the progress like `wait`.
 #   run_device_bg.sh collect
 #       waits up to WAIT seconds (default 540) for the end, then packs what a resumed DiT needs
 #       to come back (the exported repository, WORK's logs, PROVENANCE.md, the GPU evaluations,
@@ -79,6 +83,13 @@ case $mode in
     [ -f "$state/pid" ] || { echo "no run started" >&2; exit 1; }
     follow "${WAIT:-540}" || true
     ;;
+  limit)
+    [ -f "$state/pid" ] || { echo "no run started" >&2; exit 1; }
+    [[ $# -eq 2 && ${2:-} =~ ^[0-9]+$ ]] || { echo "limit needs PART SECONDS, got: $*" >&2; exit 2; }
+    echo "$2" >"$(cat "$state/work")/time-limit.$1"
+    echo "time limit of $1: $2 s from its start"
+    follow "${WAIT:-540}" || true
+    ;;
   collect)
     [ -f "$state/pid" ] || { echo "no run started" >&2; exit 1; }
     follow "${WAIT:-540}" || exit 1
@@ -98,7 +109,7 @@ case $mode in
     exit "$(cat "$state/rc")"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,21p' "$0" >&2
     exit 2
     ;;
 esac

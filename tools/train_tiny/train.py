@@ -549,11 +549,35 @@ class Budget:
     reproducible step for step on another machine; the log records where it stopped, and
     `--steps` that count with no limit repeats it."""
 
-    def __init__(self, steps, seconds):
+    def __init__(self, steps, seconds, limit_file=None):
         self.steps, self.seconds, self.t0 = steps, seconds, time.time()
         self.stopped_by_time = False
+        # A lease can turn out shorter than planned once the run has started: a number written to
+        # limit_file replaces `seconds` (read every few seconds), so the run still ends with its
+        # learning rate decayed and its weights exported instead of being cut off mid-decay.
+        self.limit_file, self.checked = limit_file, 0.0
+
+    def _reread(self):
+        if not self.limit_file or time.time() - self.checked < 5.0:
+            return
+        self.checked = time.time()
+        try:
+            with open(self.limit_file) as f:
+                text = f.read().strip()
+        except OSError:
+            return
+        try:
+            seconds = float(text)
+        except ValueError:
+            print("time limit file %s: expected a number of seconds, got %r; ignored" % (self.limit_file, text),
+                  file=sys.stderr)
+            return
+        if seconds > 0 and seconds != self.seconds:
+            print("time limit now %g s (from %s)" % (seconds, self.limit_file), file=sys.stderr)
+            self.seconds = seconds
 
     def progress(self, step):
+        self._reread()
         p = step / max(1, self.steps)
         if self.seconds > 0:
             p = max(p, (time.time() - self.t0) / self.seconds)
@@ -867,7 +891,7 @@ def part_vae(args, log):
         log("vae: held-out reconstructions before this run keep %s" % record["probe_before"])
         vae.train()
     t0 = time.time()
-    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    budget = Budget(steps, 0 if args.smoke else args.time_budget, args.time_budget_file)
     for step in itertools.count():
         if not budget.more(step):
             break
@@ -984,7 +1008,7 @@ def part_audio_vae(args, log):
               "kl_weight": args.kl, "train_clips": n, "data_seed": train["seed"], "params": params,
               "env": env_record(), "resumed": bool(args.resume), "log": []}
     t0 = time.time()
-    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    budget = Budget(steps, 0 if args.smoke else args.time_budget, args.time_budget_file)
     for step in itertools.count():
         if not budget.more(step):
             break
@@ -1427,7 +1451,7 @@ def part_dit(args, log):
         record["val_start"] = validate_all("resumed weights")
     ema_decay = args.ema
     t0 = time.time()
-    budget = Budget(steps, 0 if args.smoke else args.time_budget)
+    budget = Budget(steps, 0 if args.smoke else args.time_budget, args.time_budget_file)
     # --profile N: N steps from step 2 (after the first steps' set-up) under torch.profiler, with
     # the table of the costliest kernels and operators in the log (where a step's time goes:
     # arithmetic, memory passes or launches).
@@ -1673,6 +1697,10 @@ def main(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds: end the training loop there even before --steps (0: no limit)")
+    ap.add_argument("--time-budget-file", default=None,
+                    help="a file that may hold a number of seconds, read while training: it replaces "
+                         "--time-budget (a lease found shorter than planned ends the run early, its "
+                         "learning rate still decayed)")
     ap.add_argument("--smoke", action="store_true", help="a handful of steps on tiny batches: checks the part end to end")
     ap.add_argument("--resume", action="store_true", help="start from WORK/parts/PART's weights (fresh optimizer)")
     ap.add_argument("--size", choices=sorted(SIZES), default="train")
