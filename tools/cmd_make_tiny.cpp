@@ -1,5 +1,6 @@
-// h3 make-tiny DIR [--seed N] [--released-shapes]: writes a MiniMax-H3 repository with random
-// weights, either tiny (golden tiny-h3 dimensions) or at the released shapes as sparse files.
+// h3 make-tiny DIR [--seed N] [--released-shapes] [--trained PARTS]: writes a MiniMax-H3
+// repository with random weights, either tiny (golden tiny-h3 dimensions) or at the released shapes
+// as sparse files, or the trained tiny model from its kept parts.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "command.h"
 #include "core/status.h"
+#include "eval/tiny_clips.h"
 #include "models/tiny_model.h"
 
 namespace {
@@ -22,13 +24,14 @@ uint64_t parse_seed(const std::string& s) {
 }
 
 int run_make_tiny(const std::vector<std::string>& args) {
-  std::string dir;
+  std::string dir, trained;
   h3::models::MakeTinyOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: h3 make-tiny DIR [--seed N] [--released-shapes] [--fasth3] [--force]\n\n"
+          "usage: h3 make-tiny DIR [--seed N] [--released-shapes] [--fasth3] [--force]\n"
+          "       h3 make-tiny DIR --trained PARTS [--force]\n\n"
           "Writes a MiniMax-H3 repository (all nine components) with deterministic random\n"
           "weights into DIR, which must not exist or be empty (or, with --force, hold an\n"
           "earlier MiniMax-H3 repository, replaced once the new one is complete).\n\n"
@@ -43,6 +46,10 @@ int run_make_tiny(const std::vector<std::string>& args) {
           "  --text-context-scale S  multiply the conditioner's attention output projections\n"
           "                      by S in [0, 1] (default 1): 0 makes each text row a function of\n"
           "                      its own token (the trained tiny model's conditioner)\n"
+          "  --trained PARTS     the trained tiny model: transformer/, vae/ and audio_vae/ from\n"
+          "                      the parts in PARTS (tools/train_tiny/parts in a checkout), the\n"
+          "                      rest as the parts were trained on (seed 0, 4x VAE, context-free\n"
+          "                      conditioner), 64x128x39 as its default request\n"
           "  --force             replace an existing MiniMax-H3 repository in DIR\n");
       return 0;
     }
@@ -51,6 +58,10 @@ int run_make_tiny(const std::vector<std::string>& args) {
       opt.seed = parse_seed(args[++i]);
     } else if (a.rfind("--seed=", 0) == 0) {
       opt.seed = parse_seed(a.substr(7));
+    } else if (a == "--trained") {
+      H3_CHECK(i + 1 < args.size(), h3::ErrorCode::kInvalidArgument,
+               "--trained needs the folder of trained parts (tools/train_tiny/parts)");
+      trained = args[++i];
     } else if (a == "--force") {
       opt.force = true;
     } else if (a == "--released-shapes") {
@@ -94,10 +105,29 @@ int run_make_tiny(const std::vector<std::string>& args) {
   }
   H3_CHECK(!dir.empty(), h3::ErrorCode::kInvalidArgument,
            "missing output folder (usage: h3 make-tiny DIR [--seed N] [--released-shapes])");
+  if (!trained.empty()) {
+    // The repository the parts were trained from (tools/train_tiny/parts/README.md): its text
+    // encoder made the prompt features the DiT learnt, so nothing else may differ.
+    H3_CHECK(
+        opt.seed == 0 && opt.vae_spatial_ratio == 0 && opt.vae_latent_channels == 0 &&
+            opt.text_context_scale == 1.0f && !opt.released_shapes && !opt.fasth3,
+        h3::ErrorCode::kInvalidArgument,
+        "--trained takes the options the parts were trained with; only --force may go with it");
+    opt.vae_spatial_ratio = 4;
+    opt.text_context_scale = 0.0f;
+    opt.trained_parts = trained;
+    opt.default_height = h3::eval::kTinyHeight;
+    opt.default_width = h3::eval::kTinyWidth;
+    opt.default_num_frames = h3::eval::kTinyFrames;
+  }
   h3::models::make_tiny(dir, opt);
-  std::printf("wrote %s MiniMax-H3 repository to %s (seed %llu)\n",
-              opt.released_shapes ? "released-shape (sparse)" : "tiny", dir.c_str(),
-              static_cast<unsigned long long>(opt.seed));
+  if (!trained.empty())
+    std::printf("wrote the trained tiny MiniMax-H3 (parts from %s) to %s\n", trained.c_str(),
+                dir.c_str());
+  else
+    std::printf("wrote %s MiniMax-H3 repository to %s (seed %llu)\n",
+                opt.released_shapes ? "released-shape (sparse)" : "tiny", dir.c_str(),
+                static_cast<unsigned long long>(opt.seed));
   return 0;
 }
 

@@ -782,6 +782,58 @@ void write_weights(const fs::path& folder, const std::string& component, const j
   write_json(folder / (stem + ".safetensors.index.json"), index);
 }
 
+// Replaces make-tiny's random transformer/, vae/ and audio_vae/ under `root` by the trained parts
+// in `parts`. The part's own files are checked (not only the copies) so that an error names what
+// the user can fix.
+void install_trained_parts(const fs::path& root, const fs::path& parts) {
+  static constexpr std::pair<const char*, const char*> kParts[] = {
+      {"dit", "transformer"}, {"vae", "vae"}, {"audio_vae", "audio_vae"}};
+  std::error_code ec;
+  H3_CHECK(fs::is_directory(parts, ec), ErrorCode::kNotFound, parts.string(),
+           ": no such folder of trained parts (expected dit/, vae/ and audio_vae/, as "
+           "tools/train_tiny/parts holds them)");
+  for (const auto& [part, component] : kParts) {
+    const fs::path dir = parts / part;
+    const fs::path weights = dir / "model.safetensors";
+    const fs::path config_file = dir / "config.json";
+    for (const fs::path& f : {config_file, weights})
+      H3_CHECK(fs::is_regular_file(f, ec), ErrorCode::kNotFound, f.string(),
+               ": missing (a trained part is a folder with config.json and model.safetensors)");
+    const json config = io::read_json_file(config_file.string());
+    const Schema schema = [&] {
+      try {
+        return schema_of(component, config);
+      } catch (const Error& e) {
+        fail(e.code(), config_file.string(), ": not a ", component, " config: ", e.message());
+      }
+    }();
+    const io::Checkpoint trained = io::Checkpoint::open(weights.string());
+    const SchemaCheck check = check_schema(schema, trained);
+    if (!check.ok()) {
+      std::string why;
+      for (const std::string& e : check.errors()) why += "\n  " + e;
+      fail(ErrorCode::kInvalidArgument, weights.string(), ": does not match ", config_file.string(),
+           why);
+    }
+    const fs::path folder = root / component;
+    const fs::path target = folder / "diffusion_pytorch_model.safetensors";
+    {
+      // The release's dtypes (bf16 with float32 islands, float32 VAEs), as make-tiny writes them.
+      const io::Checkpoint random = io::Checkpoint::open(target.string());
+      for (const std::string& name : trained.names()) {
+        if (!random.has(name)) continue;
+        const DType want = random.info(name).dtype, got = trained.info(name).dtype;
+        H3_CHECK(want == got, ErrorCode::kInvalidArgument, weights.string(), ": tensor '", name,
+                 "' is ", dtype_name(got), "; the release stores it as ", dtype_name(want));
+      }
+    }
+    fs::copy_file(weights, target, fs::copy_options::overwrite_existing, ec);
+    H3_CHECK(!ec, ErrorCode::kIo, target.string(), ": cannot copy ", weights.string(), " (",
+             ec.message(), ")");
+    write_json(folder / "config.json", config);
+  }
+}
+
 void write_repository(const fs::path& root, const std::string& repo_name,
                       const MakeTinyOptions& opt) {
   const bool released = opt.released_shapes;
@@ -802,6 +854,11 @@ void write_repository(const fs::path& root, const std::string& repo_name,
   index["canvas_short_edge"] = released ? 768 : 64;
   index["canvas_max_pixels"] = released ? 768 * 1344 : 8192;
   index["reference_image_short_edge"] = released ? 2048 : 64;
+  if (opt.default_height > 0) {
+    index["default_height"] = opt.default_height;
+    index["default_width"] = opt.default_width;
+    index["default_num_frames"] = opt.default_num_frames;
+  }
   write_text(root / "modular_model_index.json", index.dump(2) + "\n");
 
   const std::string tokenizer = make_byte_level_bpe_tokenizer_json(
@@ -855,6 +912,7 @@ void write_repository(const fs::path& root, const std::string& repo_name,
     }
     write_weights(folder, name, config, opt);
   }
+  if (!opt.trained_parts.empty()) install_trained_parts(root, opt.trained_parts);
 }
 
 }  // namespace
@@ -876,6 +934,14 @@ void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
            opt.text_context_scale);
   H3_CHECK(opt.text_context_scale == 1.0f || !opt.released_shapes, ErrorCode::kInvalidArgument,
            "make-tiny: a text context scale is for tiny repositories, not --released-shapes");
+  H3_CHECK(opt.trained_parts.empty() || !opt.released_shapes, ErrorCode::kInvalidArgument,
+           "make-tiny: trained parts are for tiny repositories, not --released-shapes");
+  H3_CHECK((opt.default_height > 0) == (opt.default_width > 0) &&
+               (opt.default_height > 0) == (opt.default_num_frames > 0) &&
+               opt.default_height >= 0 && opt.default_width >= 0 && opt.default_num_frames >= 0,
+           ErrorCode::kInvalidArgument,
+           "make-tiny: a default request needs a positive height, width and frame count, got ",
+           opt.default_height, " x ", opt.default_width, " x ", opt.default_num_frames);
   std::error_code ec;
   fs::path target = fs::absolute(dir, ec).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();  // trailing slash

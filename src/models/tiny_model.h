@@ -49,6 +49,19 @@ struct MakeTinyOptions {
   // word's features mostly its own. 0 makes every row a function of its own token. The trained
   // tiny model is built on such a conditioner. Tiny only; 1 keeps the random weights as they are.
   float text_context_scale = 1.0f;
+  // Trained weights in place of the random ones (tools/train_tiny/parts): a folder whose `dit/`,
+  // `vae/` and `audio_vae/` each hold `config.json` and `model.safetensors`. transformer/, vae/
+  // and audio_vae/ take those files as they are, once they pass the checks the engine makes at
+  // load (every tensor the part's config implies, in its shape) and hold each tensor in the dtype
+  // make-tiny writes for it; the other components stay make-tiny's, so the options above must be
+  // those the parts were trained on (the text encoder their prompt features came from). Tiny only.
+  std::string trained_parts{};
+  // The request the index declares as the checkpoint's own (`default_height`, `default_width`,
+  // `default_num_frames`, read by the pipeline when a request names none), written when positive:
+  // the geometry the trained model learnt.
+  int64_t default_height = 0;
+  int64_t default_width = 0;
+  int64_t default_num_frames = 0;
 };
 
 // `dir` must not exist or be an empty folder. Throws h3::Error naming the path on failure (and

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "io/repo.h"
 #include "io/safetensors.h"
 #include "models/h3_dit/dit_config.h"
 #include "models/tiny_model.h"
@@ -331,6 +332,123 @@ TEST(CliMakeTiny, TextContextScaleZeroMakesRowsContextFree) {
     EXPECT_TRUE(contains(r.output, "--text-context-scale")) << r.output;
     EXPECT_FALSE(fs::exists(tmp.path() / "bad"));
   }
+}
+
+// --trained PARTS: the trained tiny model from its kept parts. Stand-in parts (another seed's
+// make-tiny weights at the trained model's VAE ratio) show what is copied and what is made: the
+// three parts' files byte for byte, the other components as `--seed 0 --vae-spatial-ratio 4
+// --text-context-scale 0` writes them, the clip geometry as the index's default request.
+class CliMakeTinyTrained : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    models::MakeTinyOptions o;
+    o.seed = 5;
+    o.vae_spatial_ratio = 4;
+    models::make_tiny((tmp_.path() / "src").string(), o);
+    for (const auto& [part, component] : kParts) {
+      fs::create_directories(parts() / part);
+      fs::copy_file(tmp_.path() / "src" / component / "diffusion_pytorch_model.safetensors",
+                    parts() / part / "model.safetensors");
+      fs::copy_file(tmp_.path() / "src" / component / "config.json",
+                    parts() / part / "config.json");
+    }
+  }
+  fs::path parts() const { return tmp_.path() / "parts"; }
+  RunResult make(const std::string& out, const std::string& extra = "") const {
+    return run_h3("make-tiny " + shell_quote((tmp_.path() / out).string()) + " --trained " +
+                  shell_quote(parts().string()) + extra);
+  }
+  static std::string bytes(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  }
+  static constexpr std::pair<const char*, const char*> kParts[] = {
+      {"dit", "transformer"}, {"vae", "vae"}, {"audio_vae", "audio_vae"}};
+  TempDir tmp_;
+};
+
+TEST_F(CliMakeTinyTrained, CopiesThePartsAndMakesTheRestAsTheyWereTrainedOn) {
+  H3_REQUIRE_BIN();
+  RunResult r = make("trained");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const fs::path out = tmp_.path() / "trained";
+  r = run_h3("info " + shell_quote(out.string()));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const auto& [part, component] : kParts) {
+    EXPECT_EQ(bytes(out / component / "diffusion_pytorch_model.safetensors"),
+              bytes(parts() / part / "model.safetensors"))
+        << component;
+    EXPECT_EQ(io::read_json_file((out / component / "config.json").string()),
+              io::read_json_file((parts() / part / "config.json").string()))
+        << component;
+  }
+  models::MakeTinyOptions o;
+  o.vae_spatial_ratio = 4;
+  o.text_context_scale = 0.0f;
+  models::make_tiny((tmp_.path() / "seed0").string(), o);
+  for (const char* same :
+       {"text_encoder/model.safetensors", "transformer_ref/diffusion_pytorch_model.safetensors",
+        "tokenizer/tokenizer.json", "scheduler/scheduler_config.json"})
+    EXPECT_EQ(bytes(out / same), bytes(tmp_.path() / "seed0" / same)) << same;
+  const nlohmann::json index = io::read_json_file((out / "modular_model_index.json").string());
+  EXPECT_EQ(index.value("default_height", 0), 64);
+  EXPECT_EQ(index.value("default_width", 0), 128);
+  EXPECT_EQ(index.value("default_num_frames", 0), 39);
+}
+
+// What the kept parts of the checkout assemble to passes `h3 info`.
+TEST_F(CliMakeTinyTrained, TheProjectsPartsMakeAValidRepository) {
+  H3_REQUIRE_BIN();
+  const fs::path kept = fs::path(H3_SOURCE_DIR) / "tools" / "train_tiny" / "parts";
+  if (!fs::is_regular_file(kept / "dit" / "model.safetensors"))
+    GTEST_SKIP() << "no trained parts in this checkout (" << kept.string() << ")";
+  const fs::path out = tmp_.path() / "kept";
+  RunResult r =
+      run_h3("make-tiny " + shell_quote(out.string()) + " --trained " + shell_quote(kept.string()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_h3("info " + shell_quote(out.string()));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "ok: no errors")) << r.output;
+}
+
+// Each broken part is refused naming its file, and nothing is left where the model would go.
+TEST_F(CliMakeTinyTrained, BrokenPartsAreRefusedByName) {
+  H3_REQUIRE_BIN();
+  const auto refused = [&](const std::string& what, const std::string& needle) {
+    const RunResult r = make("out");
+    EXPECT_NE(r.status, 0) << what;
+    EXPECT_TRUE(contains(r.output, needle)) << what << ": " << r.output;
+    EXPECT_FALSE(fs::exists(tmp_.path() / "out")) << what;
+  };
+  const fs::path dit = parts() / "dit" / "model.safetensors";
+  const std::string good = bytes(dit);
+  std::ofstream(dit, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() / 2);
+  refused("truncated DiT", dit.string());
+  // Every tensor in float32: the engine would load it, but the release stores the DiT in bf16.
+  std::ofstream(dit, std::ios::binary | std::ios::trunc) << good;
+  {
+    const io::Checkpoint ck = io::Checkpoint::open(dit.string());
+    std::vector<io::NamedTensor> f32;
+    for (const std::string& n : ck.names())
+      f32.push_back({n, Tensor::from_f32(ck.tensor(n).to_f32_vector(), ck.info(n).shape)});
+    io::write_safetensors(dit.string(), f32);
+  }
+  refused("float32 DiT", "the release stores it as bf16");
+  std::ofstream(dit, std::ios::binary | std::ios::trunc) << good;
+  // The VAE's config asks for more latent channels than its tensors have.
+  const fs::path vae_config = parts() / "vae" / "config.json";
+  nlohmann::json c = io::read_json_file(vae_config.string());
+  c["latent_channels"] = c.at("latent_channels").get<int64_t>() * 2;
+  std::ofstream(vae_config) << c.dump(2);
+  refused("VAE config against its tensors", (parts() / "vae" / "model.safetensors").string());
+  fs::remove(vae_config);
+  refused("missing VAE config", vae_config.string());
+  EXPECT_NE(make("out", " --seed 3").output.find("--trained"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp_.path() / "out"));
+  const RunResult none = run_h3("make-tiny " + shell_quote((tmp_.path() / "out").string()) +
+                                " --trained " + shell_quote((tmp_.path() / "nowhere").string()));
+  EXPECT_NE(none.status, 0);
+  EXPECT_TRUE(contains(none.output, "nowhere")) << none.output;
 }
 
 // `h3 info --plan`: the memory plan of the released shapes for given device and host sizes, as JSON.
