@@ -23,8 +23,9 @@ namespace ev = h3::eval;
 namespace pl = h3::pipeline;
 
 constexpr int64_t kDefaultCases = 12;  // every held-out combination once
-// Where the project keeps the trained tiny model (tools/train_tiny/README.md), relative to the
-// working folder: the README's commands run from the checkout's root.
+// Where the README's main command writes the trained tiny model (`h3 make-tiny models/h3-tiny
+// --trained tools/train_tiny/parts`), relative to the working folder: the README's commands run
+// from the checkout's root.
 constexpr const char* kShippedModel = "models/h3-tiny";
 
 // The model `h3 eval tiny` judges without --model: the one the README's main command runs.
@@ -32,7 +33,8 @@ std::string default_model() {
   namespace fs = std::filesystem;
   H3_CHECK(fs::is_regular_file(fs::path(kShippedModel) / "modular_model_index.json"),
            ErrorCode::kNotFound, "no --model given and no trained tiny model at ", kShippedModel,
-           " under the working folder (run from the checkout's root, or pass --model DIR)");
+           " under the working folder (run from the checkout's root after `h3 make-tiny "
+           "models/h3-tiny --trained tools/train_tiny/parts`, or pass --model DIR)");
   return kShippedModel;
 }
 

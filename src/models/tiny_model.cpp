@@ -956,9 +956,13 @@ void make_tiny(const std::string& dir, const MakeTinyOptions& opt) {
              "modular_model_index.json");
     replace = true;
   }
+  // Parent folders are made as `mkdir -p` would (the README writes models/h3-tiny in a fresh
+  // checkout); a parent that cannot be made, or is a file, is an error naming it.
   const fs::path parent = target.parent_path();
+  fs::create_directories(parent, ec);
   H3_CHECK(fs::is_directory(parent, ec), ErrorCode::kNotFound, parent.string(),
-           ": parent folder not found");
+           ": cannot make the parent folder (", ec ? ec.message() : std::string("not a folder"),
+           ")");
   std::string tmp_name = ".";
   tmp_name += target.filename().string();
   tmp_name += ".tmp-";

@@ -8,10 +8,16 @@
 namespace h3::pipeline {
 
 RgbBytes latent_preview(const Tensor& latents, int64_t t, int64_t min_side) {
-  H3_CHECK(latents.dim() == 5 && latents.shape()[0] == 1 && latents.shape()[1] == 24,
-           ErrorCode::kInternal, "latent_preview expects [1, 24, T, h, w], got ", latents.desc());
+  H3_CHECK(latents.dim() == 5 && latents.shape()[0] == 1 && latents.shape()[1] >= 1,
+           ErrorCode::kInternal, "latent_preview expects [1, C, T, h, w], got ", latents.desc());
   const Tensor x = latents.contiguous().to(DType::kF32);
-  const int64_t frames = x.shape()[2], h = x.shape()[3], w = x.shape()[4];
+  const int64_t channels = x.shape()[1], frames = x.shape()[2], h = x.shape()[3], w = x.shape()[4];
+  // Colour c averages channels [lo[c], hi[c]).
+  int64_t lo[3], hi[3];
+  for (int c = 0; c < 3; ++c) {
+    lo[c] = channels >= 3 ? c * channels / 3 : c % channels;
+    hi[c] = channels >= 3 ? (c + 1) * channels / 3 : lo[c] + 1;
+  }
   t = std::clamp<int64_t>(t, 0, frames - 1);
   const float* p = x.data<float>();
   const int64_t plane = h * w;
@@ -25,11 +31,8 @@ RgbBytes latent_preview(const Tensor& latents, int64_t t, int64_t min_side) {
       uint8_t rgb[3];
       for (int c = 0; c < 3; ++c) {
         double sum = 0;
-        for (int k = 0; k < 8; ++k) {
-          const int64_t ch = c * 8 + k;
-          sum += p[(ch * frames + t) * plane + y * w + xx];
-        }
-        const double v = 128.0 + 64.0 * (sum / 8.0);
+        for (int64_t ch = lo[c]; ch < hi[c]; ++ch) sum += p[(ch * frames + t) * plane + y * w + xx];
+        const double v = 128.0 + 64.0 * (sum / static_cast<double>(hi[c] - lo[c]));
         rgb[c] = static_cast<uint8_t>(std::lround(std::clamp(v, 0.0, 255.0)));
       }
       for (int64_t dy = 0; dy < scale; ++dy)

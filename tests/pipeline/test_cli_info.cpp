@@ -232,6 +232,16 @@ TEST(CliMakeTiny, WritesRepositoryThatPassesInfo) {
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.output, "--seed")) << r.output;
   EXPECT_FALSE(fs::exists(tmp.path() / "other"));
+  // Missing parent folders are made (models/h3-tiny in a fresh checkout); a parent that is a file
+  // is named.
+  r = run_h3("make-tiny " + shell_quote((tmp.path() / "a" / "b" / "made").string()));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(tmp.path() / "a" / "b" / "made" / "modular_model_index.json"));
+  std::ofstream(tmp.path() / "file") << "not a folder";
+  r = run_h3("make-tiny " + shell_quote((tmp.path() / "file" / "made").string()));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, (tmp.path() / "file").string() + ": cannot make the parent"))
+      << r.output;
 }
 
 TEST(CliMakeTiny, ForceReplacesOnlyARepository) {
