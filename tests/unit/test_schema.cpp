@@ -457,7 +457,12 @@ TEST(MakeTiny, RefusesNonEmptyTarget) {
   fs::create_directories(tmp.path() / "empty");
   models::make_tiny((tmp.path() / "empty").string());
   EXPECT_TRUE(fs::exists(tmp.path() / "empty" / "modular_model_index.json"));
-  EXPECT_THROW(models::make_tiny((tmp.path() / "no/such/parent/x").string()), Error);
+  // Missing parents are made; a parent that is a file is an error, and nothing is written.
+  models::make_tiny((tmp.path() / "no/such/parent/x").string());
+  EXPECT_TRUE(fs::exists(tmp.path() / "no/such/parent/x/modular_model_index.json"));
+  std::ofstream(tmp.path() / "file") << "x";
+  EXPECT_THROW(models::make_tiny((tmp.path() / "file/x").string()), Error);
+  EXPECT_TRUE(fs::is_regular_file(tmp.path() / "file"));
 }
 
 TEST(MakeTiny, ShardPlan) {
