@@ -1,6 +1,9 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 
 #include "core/status.h"
 
@@ -79,27 +82,57 @@ float f16_to_f32(uint16_t h) {
   const uint32_t man = h & 0x3ffu;
   if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));  // inf / NaN
   if (exp == 0) {
-    if (man == 0) return f32_from_bits(sign);
     // Subnormal: value = man * 2^-24, exactly representable in float32.
-    float v = std::ldexp(static_cast<float>(man), -24);
+    const float v = static_cast<float>(man) * 0x1p-24f;
     return sign ? -v : v;
   }
   return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-// Generic round-to-nearest-even of a finite float onto a binary format with `man_bits` stored
-// mantissa bits, minimum normal exponent `emin` (unbiased). Returns the rounded value as a float;
-// the callers then encode it. Works for every target narrower than float32.
-static float round_to_format(float f, int man_bits, int emin) {
+namespace {
+
+// The unbiased exponent of a positive finite float (float32 subnormals give -127: every caller
+// clamps to a minimum far above that). Bit arithmetic, not frexp/ldexp: these conversions run per
+// element in the CPU emulation of f16 autocast and FP8, where the libm calls dominated.
+int exponent_of(float f) { return static_cast<int>((f32_bits(f) >> 23) & 0xffu) - 127; }
+
+// 2^e for e in float32's normal range.
+float pow2(int e) { return f32_from_bits(static_cast<uint32_t>(e + 127) << 23); }
+
+// Round-to-nearest-even of a finite float onto a binary format with `man_bits` stored mantissa
+// bits and minimum normal exponent `emin` (unbiased), as a float; the callers then encode it.
+// Works for every target narrower than float32.
+float round_to_format(float f, int man_bits, int emin) {
   if (f == 0.0f || !std::isfinite(f)) return f;
-  int e;
-  std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
-  int exp = e - 1;    // f = 1.x * 2^exp
-  if (exp < emin) exp = emin;  // subnormal range: fixed quantum
-  const float quantum = std::ldexp(1.0f, exp - man_bits);
+  const int exp = std::max(exponent_of(std::fabs(f)), emin);  // below emin: a fixed quantum
+  const float quantum = pow2(exp - man_bits);
   // nearbyint under the default rounding mode rounds ties to even; f/quantum is exact (power of two).
   return std::nearbyint(f / quantum) * quantum;
 }
+
+// e4m3fn values by code: a table, since decoding runs once per weight element per GEMM in the
+// CPU emulation. constexpr, so it is filled before any static initializer could read it.
+struct F8E4M3Table {
+  float v[256] = {};
+  constexpr F8E4M3Table() {
+    for (uint32_t c = 0; c < 256; ++c) {
+      const uint32_t exp = (c >> 3) & 0xfu, man = c & 0x7u;
+      float r;
+      if (exp == 0xf && man == 0x7) {
+        r = std::numeric_limits<float>::quiet_NaN();
+      } else if (exp == 0) {
+        r = static_cast<float>(man) * 0x1p-9f;
+      } else {
+        r = (1.0f + static_cast<float>(man) / 8.0f) *
+            std::bit_cast<float>(static_cast<uint32_t>(static_cast<int>(exp) - 7 + 127) << 23);
+      }
+      v[c] = (c & 0x80u) ? -r : r;
+    }
+  }
+};
+constexpr F8E4M3Table kF8E4M3;
+
+}  // namespace
 
 uint16_t f16_from_f32(float f) {
   const uint32_t u = f32_bits(f);
@@ -109,30 +142,15 @@ uint16_t f16_from_f32(float f) {
   if (!(r < 65520.0f) || std::isinf(f)) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (r >= 65504.0f) return static_cast<uint16_t>(sign | 0x7bffu);
   if (r == 0.0f) return sign;
-  int e;
-  const float m = std::frexp(r, &e);
-  const int exp = e - 1;
-  if (exp < -14) {  // subnormal
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::ldexp(r, 24)));
-  }
-  const uint32_t man = static_cast<uint32_t>(std::ldexp(m * 2.0f - 1.0f, 10));
+  const int exp = exponent_of(r);
+  if (exp < -14)
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(r * 0x1p24f));  // subnormal
+  const uint32_t man = (f32_bits(r) >> 13) & 0x3ffu;  // r has at most 10 mantissa bits
   return static_cast<uint16_t>(sign | ((exp + 15) << 10) | man);
 }
 
 // e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; exponent 15 with mantissa 7 is NaN.
-float f8e4m3_to_f32(uint8_t v) {
-  const bool neg = v & 0x80u;
-  const uint32_t exp = (v >> 3) & 0xfu;
-  const uint32_t man = v & 0x7u;
-  float r;
-  if (exp == 0xf && man == 0x7) return std::nanf("");
-  if (exp == 0) {
-    r = std::ldexp(static_cast<float>(man), -9);
-  } else {
-    r = std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
-  }
-  return neg ? -r : r;
-}
+float f8e4m3_to_f32(uint8_t v) { return kF8E4M3.v[v]; }
 
 uint8_t f8e4m3_from_f32(float f) {
   const uint8_t sign = (f32_bits(f) >> 24) & 0x80u;
@@ -140,11 +158,9 @@ uint8_t f8e4m3_from_f32(float f) {
   const float r = round_to_format(std::fabs(f), 3, -6);
   if (r == 0.0f) return sign;
   if (r >= 448.0f) return static_cast<uint8_t>(sign | 0x7eu);
-  int e;
-  const float m = std::frexp(r, &e);
-  const int exp = e - 1;
-  if (exp < -6) return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::ldexp(r, 9)));
-  const uint32_t man = static_cast<uint32_t>(std::ldexp(m * 2.0f - 1.0f, 3));
+  const int exp = exponent_of(r);
+  if (exp < -6) return static_cast<uint8_t>(sign | static_cast<uint8_t>(r * 0x1p9f));  // subnormal
+  const uint32_t man = (f32_bits(r) >> 20) & 0x7u;  // r has at most 3 mantissa bits
   return static_cast<uint8_t>(sign | ((exp + 7) << 3) | man);
 }
 
