@@ -44,4 +44,33 @@ TEST(DType, F8E4M3RoundTripAndLimits) {
   EXPECT_EQ(f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
 }
 
+// Every interval between neighbouring positive codes (zero and the subnormals included): a value
+// just below the midpoint goes down, just above goes up, the midpoint itself to the even code,
+// and a negative value mirrors it. The encoders are bit arithmetic; this is the plain definition.
+TEST(DType, F8E4M3RoundsEveryIntervalToNearestEven) {
+  for (uint32_t lo = 0; lo < 0x7e; ++lo) {
+    const float a = f8e4m3_to_f32(static_cast<uint8_t>(lo));
+    const float b = f8e4m3_to_f32(static_cast<uint8_t>(lo + 1));
+    const float mid = 0.5f * (a + b);  // exact: a and b differ by one power-of-two quantum
+    const uint8_t even = static_cast<uint8_t>((lo & 1u) ? lo + 1 : lo);
+    EXPECT_EQ(f8e4m3_from_f32(std::nextafter(mid, a)), lo) << "below the midpoint of " << a;
+    EXPECT_EQ(f8e4m3_from_f32(std::nextafter(mid, b)), lo + 1) << "above the midpoint of " << a;
+    EXPECT_EQ(f8e4m3_from_f32(mid), even) << "midpoint of " << a << " and " << b;
+    EXPECT_EQ(f8e4m3_from_f32(-mid), even | 0x80u) << "midpoint of " << -a << " and " << -b;
+  }
+}
+
+TEST(DType, F16RoundsEveryIntervalToNearestEven) {
+  for (uint32_t lo = 0; lo < 0x7bff; ++lo) {
+    const float a = f16_to_f32(static_cast<uint16_t>(lo));
+    const float b = f16_to_f32(static_cast<uint16_t>(lo + 1));
+    const float mid = 0.5f * (a + b);
+    const uint16_t even = static_cast<uint16_t>((lo & 1u) ? lo + 1 : lo);
+    ASSERT_EQ(f16_from_f32(std::nextafter(mid, a)), lo) << "below the midpoint of " << a;
+    ASSERT_EQ(f16_from_f32(std::nextafter(mid, b)), lo + 1) << "above the midpoint of " << a;
+    ASSERT_EQ(f16_from_f32(mid), even) << "midpoint of " << a << " and " << b;
+    ASSERT_EQ(f16_from_f32(-mid), even | 0x8000u) << "midpoint of " << -a << " and " << -b;
+  }
+}
+
 }  // namespace h3
