@@ -97,7 +97,7 @@ namespace {
 int exponent_of(float f) { return static_cast<int>((f32_bits(f) >> 23) & 0xffu) - 127; }
 
 // 2^e for e in float32's normal range.
-float pow2(int e) { return f32_from_bits(static_cast<uint32_t>(e + 127) << 23); }
+constexpr float pow2(int e) { return std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23); }
 
 // Round-to-nearest-even of a finite float onto a binary format with `man_bits` stored mantissa
 // bits and minimum normal exponent `emin` (unbiased), as a float; the callers then encode it.
@@ -123,8 +123,7 @@ struct F8E4M3Table {
       } else if (exp == 0) {
         r = static_cast<float>(man) * 0x1p-9f;
       } else {
-        r = (1.0f + static_cast<float>(man) / 8.0f) *
-            std::bit_cast<float>(static_cast<uint32_t>(static_cast<int>(exp) - 7 + 127) << 23);
+        r = (1.0f + static_cast<float>(man) / 8.0f) * pow2(static_cast<int>(exp) - 7);
       }
       v[c] = (c & 0x80u) ? -r : r;
     }

@@ -44,13 +44,17 @@ nlohmann::json evaluate_trained(const std::string& flags) {
   return j;
 }
 
+void expect_each_attribute_at_least(const nlohmann::json& j, double bound) {
+  for (const char* attribute : {"colour", "shape", "motion", "pitch"})
+    EXPECT_GE(j.at("accuracy").at(attribute).get<double>(), bound) << attribute;
+}
+
 TEST(TinyModelQuality, TrainedModelKnowsItsPromptsOnTheCpu) {
   H3_REQUIRE_BIN();
   if (!have_parts()) GTEST_SKIP() << "no trained parts in this checkout (" << parts_dir() << ")";
   const nlohmann::json j = evaluate_trained("--dit-dtype bf16");
   ASSERT_FALSE(j.is_null());
-  for (const char* attribute : {"colour", "shape", "motion", "pitch"})
-    EXPECT_GE(j.at("accuracy").at(attribute).get<double>(), kMinAccuracy) << attribute;
+  expect_each_attribute_at_least(j, kMinAccuracy);
 }
 
 // The opt-in FP8 DiT (E4M3 projections, block scales; the CPU emulates the GPU's rounding) on the
@@ -61,9 +65,7 @@ TEST(TinyModelQuality, Fp8DitStaysWithinOneCaseOfTheBarOnTheCpu) {
   if (!have_parts()) GTEST_SKIP() << "no trained parts in this checkout (" << parts_dir() << ")";
   const nlohmann::json j = evaluate_trained("--dit-dtype fp8");
   ASSERT_FALSE(j.is_null());
-  for (const char* attribute : {"colour", "shape", "motion", "pitch"})
-    EXPECT_GE(j.at("accuracy").at(attribute).get<double>(), kMinAccuracy - 1.0 / 12 - 1e-9)
-        << attribute;
+  expect_each_attribute_at_least(j, kMinAccuracy - 1.0 / 12 - 1e-9);
 }
 
 }  // namespace
