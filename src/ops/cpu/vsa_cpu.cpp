@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/vsa.h"
 
 namespace h3::ops::cpu {
@@ -94,81 +95,133 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   Tensor fine = Tensor::empty({S, H, D}, dt);
   std::vector<float> fine_v(static_cast<size_t>(S * H * D));
   const bool emulate_kernel = dt == DType::kBF16 || dt == DType::kF16;
+  // The kernel reads V in the activation dtype: round it once here, not once per query row.
+  std::vector<float> v_in_dt;
+  if (emulate_kernel) {
+    v_in_dt.resize(vv.size());
+    for (size_t e = 0; e < vv.size(); ++e) v_in_dt[e] = round_to(dt, vv[e]);
+  }
   const float log2e = 1.44269504088896340736f;
-  std::vector<double> logits, acc(static_cast<size_t>(D));
-  std::vector<float> acc_f(static_cast<size_t>(D));
-  std::vector<int64_t> keys;
-  std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) into partition_rows
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t i = 0; i < n; ++i) {
-      keys.clear();
-      blocks.clear();
-      for (int64_t j = 0; j < n; ++j) {
-        if (!mk[(h * n + i) * n + j]) continue;
-        for (int64_t p = starts[j]; p < starts[j + 1]; ++p) keys.push_back(geo.partition_rows[p]);
-        for (int64_t p = starts[j]; p < starts[j + 1]; p += 64) {
-          blocks.emplace_back(p, std::min(p + 64, starts[j + 1]));
-        }
-      }
-      for (int64_t p = starts[i]; p < starts[i + 1]; ++p) {
-        const int64_t r = geo.partition_rows[p];
-        const float* qr = qv.data() + (r * H + h) * D;
-        float* out = fine_v.data() + (r * H + h) * D;
-        auto dot = [&](int64_t key) {
-          const float* kr = kv.data() + (key * H + h) * D;
-          double d = 0;
-          for (int64_t c = 0; c < D; ++c) d += static_cast<double>(qr[c]) * kr[c];
-          return d;
-        };
-        if (!emulate_kernel) {
-          logits.resize(keys.size());
-          double mx = -INFINITY;
-          for (size_t c = 0; c < keys.size(); ++c) {
-            logits[c] = dot(keys[c]) * scale;
-            mx = std::max(mx, logits[c]);
-          }
-          double denom = 0;
-          for (double& l : logits) denom += (l = std::exp(l - mx));
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (size_t c = 0; c < keys.size(); ++c) {
-            const float* vr = vv.data() + (keys[c] * H + h) * D;
-            for (int64_t d = 0; d < D; ++d) acc[d] += logits[c] * vr[d];
-          }
-          for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d] / denom);
-          continue;
-        }
-        const float qk_scale = static_cast<float>(scale) * log2e;
-        float m_i = -INFINITY, l_i = 0.0f;
-        std::fill(acc_f.begin(), acc_f.end(), 0.0f);
-        for (const auto& [b0, b1] : blocks) {
-          logits.resize(static_cast<size_t>(b1 - b0));
-          float m_ij = m_i;
-          for (int64_t c = b0; c < b1; ++c) {
-            const float sc = static_cast<float>(dot(geo.partition_rows[c])) * qk_scale;
-            logits[c - b0] = sc;
-            m_ij = std::max(m_ij, sc);
-          }
-          const float alpha = std::exp2(m_i - m_ij);
-          float l_ij = 0.0f;
-          for (double& l : logits) {
-            const float pf = std::exp2(static_cast<float>(l) - m_ij);
-            l_ij += pf;
-            l = round_to(dt, pf);
-          }
-          l_i = l_i * alpha + l_ij;
-          for (int64_t d = 0; d < D; ++d) {
-            double pv = 0;
-            for (int64_t c = b0; c < b1; ++c) {
-              pv += logits[c - b0] * round_to(dt, vv[(geo.partition_rows[c] * H + h) * D + d]);
-            }
-            acc_f[d] = acc_f[d] * alpha + static_cast<float>(pv);
-          }
-          m_i = m_ij;
-        }
-        for (int64_t d = 0; d < D; ++d) out[d] = round_to(dt, acc_f[d] / l_i);
+
+  // One (head, query tile) pair writes only its own rows, and every sum below runs in the same
+  // order whatever the thread, so the split over threads changes no bit of the result.
+  constexpr int64_t kBlock = 64;
+  struct Scratch {
+    std::vector<int64_t> keys;
+    std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) into partition_rows
+    std::vector<float> k_t;                           // per block: K transposed, [D][kBlock]
+    std::vector<float> v_b;                           // per block: V in the activation dtype
+    std::vector<double> logits, acc, dots;
+    std::vector<float> acc_f;
+  };
+  auto fine_tile = [&](int64_t h, int64_t i, Scratch& w) {
+    auto& [keys, blocks, k_t, v_b, logits, acc, dots, acc_f] = w;
+    keys.clear();
+    blocks.clear();
+    for (int64_t j = 0; j < n; ++j) {
+      if (!mk[(h * n + i) * n + j]) continue;
+      for (int64_t p = starts[j]; p < starts[j + 1]; ++p) keys.push_back(geo.partition_rows[p]);
+      for (int64_t p = starts[j]; p < starts[j + 1]; p += kBlock) {
+        blocks.emplace_back(p, std::min(p + kBlock, starts[j + 1]));
       }
     }
-  }
+    // Every query row of the tile meets the same keys: transposed once, the dot products of a
+    // row with a block's keys run side by side, each still summed over d in order (and a float
+    // product is exact in double, so a fused multiply-add gives the same bits).
+    k_t.assign(blocks.size() * static_cast<size_t>(D * kBlock), 0.0f);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      for (int64_t c = blocks[b].first; c < blocks[b].second; ++c) {
+        const float* kr = kv.data() + (geo.partition_rows[c] * H + h) * D;
+        float* col = k_t.data() + b * D * kBlock + (c - blocks[b].first);
+        for (int64_t d = 0; d < D; ++d) col[d * kBlock] = kr[d];
+      }
+    }
+    if (emulate_kernel) {  // the rows of V the tile reads, packed: [blocks][kBlock][D]
+      v_b.resize(k_t.size());
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        for (int64_t c = blocks[b].first; c < blocks[b].second; ++c) {
+          const float* vr = v_in_dt.data() + (geo.partition_rows[c] * H + h) * D;
+          std::copy(vr, vr + D, v_b.data() + (b * kBlock + (c - blocks[b].first)) * D);
+        }
+      }
+    }
+    dots.resize(kBlock);
+    auto block_dots = [&](size_t b, const float* qr) {
+      std::fill(dots.begin(), dots.end(), 0.0);
+      const float* kb = k_t.data() + b * D * kBlock;
+      for (int64_t d = 0; d < D; ++d) {
+        const double qd = qr[d];
+        for (int64_t kk = 0; kk < kBlock; ++kk) dots[kk] += qd * kb[d * kBlock + kk];
+      }
+    };
+    for (int64_t p = starts[i]; p < starts[i + 1]; ++p) {
+      const int64_t r = geo.partition_rows[p];
+      const float* qr = qv.data() + (r * H + h) * D;
+      float* out = fine_v.data() + (r * H + h) * D;
+      if (!emulate_kernel) {
+        logits.resize(keys.size());
+        double mx = -INFINITY;
+        size_t c = 0;
+        for (size_t b = 0; b < blocks.size(); ++b) {
+          block_dots(b, qr);
+          for (int64_t kk = 0; kk < blocks[b].second - blocks[b].first; ++kk, ++c) {
+            logits[c] = dots[kk] * scale;
+            mx = std::max(mx, logits[c]);
+          }
+        }
+        double denom = 0;
+        for (double& l : logits) denom += (l = std::exp(l - mx));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (size_t c = 0; c < keys.size(); ++c) {
+          const float* vr = vv.data() + (keys[c] * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] += logits[c] * vr[d];
+        }
+        for (int64_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d] / denom);
+        continue;
+      }
+      const float qk_scale = static_cast<float>(scale) * log2e;
+      float m_i = -INFINITY, l_i = 0.0f;
+      std::fill(acc_f.begin(), acc_f.end(), 0.0f);
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        const auto [b0, b1] = blocks[b];
+        logits.resize(static_cast<size_t>(b1 - b0));
+        block_dots(b, qr);
+        float m_ij = m_i;
+        for (int64_t c = b0; c < b1; ++c) {
+          const float sc = static_cast<float>(dots[c - b0]) * qk_scale;
+          logits[c - b0] = sc;
+          m_ij = std::max(m_ij, sc);
+        }
+        const float alpha = std::exp2(m_i - m_ij);
+        float l_ij = 0.0f;
+        for (double& l : logits) {
+          const float pf = std::exp2(static_cast<float>(l) - m_ij);
+          l_ij += pf;
+          l = round_to(dt, pf);
+        }
+        l_i = l_i * alpha + l_ij;
+        // P·V in float64, each output column summed over the block's keys in key order.
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t c = b0; c < b1; ++c) {
+          const double pc = logits[c - b0];
+          const float* vr = v_b.data() + (b * kBlock + (c - b0)) * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] += pc * vr[d];
+        }
+        for (int64_t d = 0; d < D; ++d) acc_f[d] = acc_f[d] * alpha + static_cast<float>(acc[d]);
+        m_i = m_ij;
+      }
+      for (int64_t d = 0; d < D; ++d) out[d] = round_to(dt, acc_f[d] / l_i);
+    }
+  };
+  const int64_t pairs = H * n;
+  const int64_t parts = std::min<int64_t>(cpu_threads(), pairs);
+  parallel_for(parts, [&](int64_t part) {
+    Scratch w;
+    w.acc.resize(static_cast<size_t>(D));
+    w.acc_f.resize(static_cast<size_t>(D));
+    // Interleaved, so that heads with many visible tiles spread over the threads.
+    for (int64_t pair = part; pair < pairs; pair += parts) fine_tile(pair / n, pair % n, w);
+  });
   convert_elements(fine_v.data(), DType::kF32, fine.raw(), dt, fine_v.size());
 
   Tensor out = fine;
