@@ -95,12 +95,6 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   Tensor fine = Tensor::empty({S, H, D}, dt);
   std::vector<float> fine_v(static_cast<size_t>(S * H * D));
   const bool emulate_kernel = dt == DType::kBF16 || dt == DType::kF16;
-  // The kernel reads V in the activation dtype: round it once here, not once per query row.
-  std::vector<float> v_in_dt;
-  if (emulate_kernel) {
-    v_in_dt.resize(vv.size());
-    for (size_t e = 0; e < vv.size(); ++e) v_in_dt[e] = round_to(dt, vv[e]);
-  }
   const float log2e = 1.44269504088896340736f;
 
   // One (head, query tile) pair writes only its own rows, and every sum below runs in the same
@@ -136,12 +130,15 @@ Tensor vsa_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
         for (int64_t d = 0; d < D; ++d) col[d * kBlock] = kr[d];
       }
     }
-    if (emulate_kernel) {  // the rows of V the tile reads, packed: [blocks][kBlock][D]
+    // The rows of V the tile reads, packed [blocks][kBlock][D] and rounded to the activation
+    // dtype as the kernel reads them: once per tile, not once per query row.
+    if (emulate_kernel) {
       v_b.resize(k_t.size());
       for (size_t b = 0; b < blocks.size(); ++b) {
         for (int64_t c = blocks[b].first; c < blocks[b].second; ++c) {
-          const float* vr = v_in_dt.data() + (geo.partition_rows[c] * H + h) * D;
-          std::copy(vr, vr + D, v_b.data() + (b * kBlock + (c - blocks[b].first)) * D);
+          const float* vr = vv.data() + (geo.partition_rows[c] * H + h) * D;
+          float* dst = v_b.data() + (b * kBlock + (c - blocks[b].first)) * D;
+          for (int64_t d = 0; d < D; ++d) dst[d] = round_to(dt, vr[d]);
         }
       }
     }
