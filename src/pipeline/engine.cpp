@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/cuda_stream.h"
+#include "core/layer_stream.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "io/device_loader.h"
@@ -43,16 +44,23 @@ video_vae::VaePrecision vae_precision_of(const EngineOptions& o) {
   return o.device.is_cuda() || o.vae_fp8 ? video_vae::VaePrecision::kF16Autocast : video_vae::VaePrecision::kF32;
 }
 
-// Measures one component load for the receipt: the bytes the device loader moved (or, on the
-// CPU where tensors are borrowed from the mapping, the checkpoint's bytes), and the method.
+// Measures one component load for the receipt: the bytes the device loader moved plus the layers
+// pinned on the host for streaming (or, on the CPU where tensors are borrowed from the mapping,
+// the checkpoint's bytes), and the method. A streamed conditioner reads most of its 50 GB into
+// pinned memory, not onto the device: without them its rate would read as a few MB/s.
 class LoadMeter {
  public:
   // A load's stage starts once the device has finished what earlier stages queued (the last
   // denoise step's tail, a decode): the loader's copies are ordered after that work, which would
   // otherwise be charged to the load.
   LoadMeter(Receipt& rc, const std::string& name, uint64_t file_bytes, Device device)
-      : rc_(rc), name_(name), file_bytes_(file_bytes), idle_(settle(device)),
-        before_(io::device_load_totals()), stage_(rc.stage("load " + name)) {}
+      : rc_(rc),
+        name_(name),
+        file_bytes_(file_bytes),
+        idle_(settle(device)),
+        before_(io::device_load_totals()),
+        pinned_before_(pinned_layer_bytes_live()),
+        stage_(rc.stage("load " + name)) {}
   ~LoadMeter() = default;
   // Call once the component is loaded.
   void done(Device device) {
@@ -62,10 +70,14 @@ class LoadMeter {
     if (device.is_cuda()) Stream().synchronize();
     const io::LoadStats after = io::device_load_totals();
     const uint64_t moved = after.bytes - before_.bytes;
-    stage_.add_bytes(moved ? moved : file_bytes_);
+    const uint64_t pinned_after = pinned_layer_bytes_live();
+    const uint64_t pinned = pinned_after > pinned_before_ ? pinned_after - pinned_before_ : 0;
+    stage_.add_bytes(moved + pinned ? moved + pinned : file_bytes_);
     stage_.end();
-    rc_.set("load " + name_ + " method",
-            moved ? io::load_method_name(after.method) : (device.is_cuda() ? "copy" : "mmap"));
+    std::string method =
+        moved ? io::load_method_name(after.method) : (device.is_cuda() ? "copy" : "mmap");
+    if (pinned) method += " + " + std::to_string(pinned >> 20) + " MiB pinned on the host";
+    rc_.set("load " + name_ + " method", method);
     // The pinned staging ring stays for the generation's next load (pinning 256 MiB costs tens of
     // milliseconds, most of a small component's load); finished_generation() gives it back.
   }
@@ -80,6 +92,7 @@ class LoadMeter {
   uint64_t file_bytes_;
   [[maybe_unused]] bool idle_;  // settle() ran (before before_ and stage_, in declaration order)
   io::LoadStats before_;
+  uint64_t pinned_before_;
   Receipt::Stage stage_;
 };
 
