@@ -75,10 +75,9 @@ TEST(TinyModelQuality, Fp8DitStaysWithinOneCaseOfTheBarOnTheCpu) {
 // dense and has no FastH3 gates, so only the fine branch runs, and 0.7 is about the highest
 // sparsity it tolerates (GPU, 48 cases, bench/RESULTS.md 2026-12-07: the shipped DiT keeps colour,
 // motion and pitch there and loses 6 of 46 shapes; at 0.9 shape and motion fall to about 0.5-0.75).
-// The CPU oracle is float64, about 70 s a case on two cores, so 3
-// cases and not 12 (CI's time). Bound: one case of the 3 below the bar, per attribute. Measured
-// with the DiT of 48,077 steps: every attribute right in each of the 3 (34,220 steps: in each of
-// the first 4).
+// The CPU oracle is float64, about 70 s a case on two cores, so 3 cases and not 12 (CI's time).
+// Bound: one case of the 3 below the bar, per attribute. Measured with the DiT of 48,077 steps:
+// every attribute right in each of the 3 (34,220 steps: in each of the first 4).
 TEST(TinyModelQuality, VsaStaysWithinOneCaseOfTheBarOnTheCpu) {
   H3_REQUIRE_BIN();
   if (!have_parts()) GTEST_SKIP() << "no trained parts in this checkout (" << parts_dir() << ")";
