@@ -29,8 +29,10 @@
 #  11. "variants": the golden tier and the GPU tests on the golden folder's resized variants,
 #      written here by tests/golden/make_resized.py with this machine's PyTorch from the staged
 #      golden folder and the anchor (H3_ANCHOR_DIR, default .device-anchor in the working tree).
+#  12. "qkrope": the q/k norm + RoPE kernel with one and with four rows per lane group
+#      (H3_QKROPE_ROWS): its tests, the DiT blocks and the video VAE decode under each.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload", "vae", "audio", "variants"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8 fp8-block") runs the e2e FastH3
+# "fp8", "vaeload", "vae", "audio", "variants", "qkrope"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8 fp8-block") runs the e2e FastH3
 # generations once per --dit-dtype ("fp8-block": with --fp8-scaling block).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,6 +84,27 @@ fi
 if [[ " $steps " == *" bench "* ]] && [ -x "$bin/h3_gpu_tests" ]; then
   H3_BENCH_ATTENTION=1 H3_BENCH_CHECK=${H3_BENCH_CHECK:-1} run bench 240 "$bin/h3_gpu_tests" --gtest_filter='AttentionBench.*'
   grep -E "^shape|^dit|^qwen|^vae|^vision|^audio|^d64" "$out/bench.log" | tee -a "$summary"
+fi
+# The q/k norm + RoPE kernel's rows per lane group (H3_QKROPE_ROWS): its backend-ops cases and
+# the fusion tests, then the dense and the FastH3 DiT block and the video VAE decode with one row
+# and with four.
+if [[ " $steps " == *" qkrope "* ]]; then
+  [ -x "$bin/h3_backend_ops" ] && run ops_qkrope 60 "$bin/h3_backend_ops" --gtest_filter='*qk_norm_rope*'
+  [ -x "$bin/h3_gpu_tests" ] && run gpu_fusion 120 "$bin/h3_gpu_tests" --gtest_filter='CudaFusion.*'
+  for rows in 1 4 1 4; do
+    [ -x "$bin/h3" ] && H3_QKROPE_ROWS=$rows run "bench_dit_rows$rows" 200 "$bin/h3" bench dit --blocks 2 --iters 5
+    grep -E "^\| (block|q/k|glue)" "$out/bench_dit_rows$rows.log" | sed "s/^/dense, rows $rows: /" | tee -a "$summary"
+  done
+  for rows in 1 4; do
+    [ -x "$bin/h3" ] && H3_QKROPE_ROWS=$rows run "bench_fasth3_rows$rows" 200 "$bin/h3" bench dit --blocks 2 \
+      --iters 5 --attention vsa --vsa-sparsity 0.9 --vsa-tile 64 --dit-dtype fp8
+    grep -E "^\| (block|q/k|glue)" "$out/bench_fasth3_rows$rows.log" | sed "s/^/fasth3 fp8, rows $rows: /" \
+      | tee -a "$summary"
+  done
+  for rows in 1 4; do
+    [ -x "$bin/h3" ] && H3_QKROPE_ROWS=$rows run "bench_vae_rows$rows" 200 "$bin/h3" bench vae --repeat 2 --warmup 1
+    grep -E "decode|seconds" "$out/bench_vae_rows$rows.log" | head -6 | sed "s/^/vae, rows $rows: /" | tee -a "$summary"
+  done
 fi
 # Model benchmarks through the h3 tool (weights random, released width).
 if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then

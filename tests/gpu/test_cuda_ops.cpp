@@ -227,6 +227,32 @@ TEST(CudaFusion, Vec8KernelsMatchTheScalarKernels) {
   }
 }
 
+// The eight-wide q/k norm + RoPE kernel with a lane group on four, two or one rows of a token
+// (H3_QKROPE_ROWS): each row's arithmetic and its sum's shuffle order are the same, so are the
+// bytes. The DiT's 56 heads of 128 (96 rotated here) and the video VAE decoder's 32 of 64 (48).
+TEST(CudaFusion, QkNormRopeRowsPerLaneGroupGiveTheSameBytes) {
+  H3_REQUIRE_CUDA();
+  struct Shape {
+    int64_t s, h, d;
+    int rot;
+    DType dt;
+  };
+  for (const Shape& sh :
+       {Shape{301, 56, 128, 96, DType::kBF16}, Shape{97, 32, 64, 48, DType::kF16}}) {
+    SCOPED_TRACE("heads " + std::to_string(sh.h) + " x " + std::to_string(sh.d));
+    const Tensor q = to_gpu(randn({sh.s, sh.h, sh.d}, sh.dt, 81));
+    const Tensor w = to_gpu(randn({sh.d}, sh.dt, 82, 0.2f));
+    const Tensor ct = rope_table(sh.s, sh.rot, true), st = rope_table(sh.s, sh.rot, false);
+    std::vector<Tensor> outs;
+    for (const char* rows : {"4", "2", "1"}) {
+      ScopedEnv env("H3_QKROPE_ROWS", rows);
+      outs.push_back(ops::qk_norm_rope(q, &w, 1e-6f, ct, st, sh.rot));
+    }
+    EXPECT_TRUE(same_bytes(outs[0], outs[2])) << "four rows against one";
+    EXPECT_TRUE(same_bytes(outs[1], outs[2])) << "two rows against one";
+  }
+}
+
 // The video VAE decoder's residual + pre-norm in one pass equals the composition it replaces
 // (the LayerScale product and sum in float32, the vec8 RMSNorm, the cast) bit for bit.
 TEST(CudaFusion, ResidualNormEqualsTheComposition) {

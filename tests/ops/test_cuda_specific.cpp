@@ -289,6 +289,10 @@ void add_cases() {
   add_qk_norm_rope(DType::kBF16, 21, 2, 256, 128);
   add_qk_norm_rope(DType::kBF16, 11, 3, 128, 120);
   add_qk_norm_rope(DType::kBF16, 5, 2, 512, 128);
+  // Heads in fours and twos: a lane group takes four (two) rows of one token.
+  add_qk_norm_rope(DType::kBF16, 37, 8, 128, 96);
+  add_qk_norm_rope(DType::kF16, 9, 4, 64, 48);
+  add_qk_norm_rope(DType::kBF16, 7, 6, 128, 128);
 
   // The video VAE decoder's width (fused, eight values per lane) and widths that take the
   // composition: wider than the kernel's 2,048, not a multiple of 8.

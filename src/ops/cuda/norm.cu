@@ -8,6 +8,8 @@
 // float32 per lane and combined by shuffles; the fused kernels round once, where the plain path
 // rounds after each op (their switch H3_FUSE_*=0 restores the plain path).
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_internal.h"
@@ -242,44 +244,60 @@ __global__ void qk_norm_rope_kernel(RowArgs a, int64_t heads, const void* cs, in
 // operands, rot and rot / 2 multiples of 8): each lane holds eight values of one row, the row's
 // sum of squares is a shuffle tree over its G lanes, and the rotation partner (8 values, half
 // the rotary width away) comes from the lane rot / 16 away by shuffles, not shared memory.
-template <int G>
+// A lane group takes R consecutive rows (heads % R == 0, so one token's): their loads are in
+// flight together, and the token's cos/sin values are read once for the R heads instead of once
+// per head (every head of a token rotates by the same table row).
+template <int G, int R>
 __global__ void qk_norm_rope_vec8_kernel(RowArgs a, int64_t heads, const void* cs, int cst,
                                          const void* sn, int snt, int64_t rot) {
   const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t row = gid / G;
+  const int64_t row = (gid / G) * R;
   const int part = static_cast<int>(gid % G);  // which eight values of the row
   const bool live = row < a.rows;
-  const int64_t r = live ? row : a.rows - 1;  // dead lanes still join the shuffles
+  const int64_t r0 = live ? row : a.rows - R;  // dead lanes still join the shuffles
   const int64_t c = static_cast<int64_t>(part) * 8;
-  float v[8];
-  ld8(a.x, a.xt, r * a.cols + c, v);
-  float ss = 0.0f;
-  for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
-  for (int off = G / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off, G);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.cols) + a.eps);
+  float v[R][8], inv[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) ld8(a.x, a.xt, (r0 + j) * a.cols + c, v[j]);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float ss = 0.0f;
+    for (int k = 0; k < 8; ++k) ss += v[j][k] * v[j][k];
+    for (int off = G / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off, G);
+    inv[j] = 1.0f / sqrtf(ss / static_cast<float>(a.cols) + a.eps);
+  }
   float w[8];
   if (a.w) ld8(a.w, a.wt, c, w);
-  for (int k = 0; k < 8; ++k) {
-    v[k] *= inv;
-    if (a.w) v[k] *= w[k];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    for (int k = 0; k < 8; ++k) {
+      v[j][k] *= inv[j];
+      if (a.w) v[j][k] *= w[k];
+    }
   }
   const int hp = static_cast<int>(rot / 16);  // lanes between partners
-  float up[8], down[8];
-  for (int k = 0; k < 8; ++k) {
-    up[k] = __shfl_sync(0xffffffffu, v[k], min(part + hp, G - 1), G);
-    down[k] = __shfl_sync(0xffffffffu, v[k], max(part - hp, 0), G);
-  }
-  if (!live) return;
   const int64_t half = rot / 2;
-  if (c < rot) {
-    const int64_t s = r / heads;
-    float co[8], si[8];
+  const bool rotated = live && c < rot;
+  float co[8], si[8];
+  if (rotated) {
+    const int64_t s = r0 / heads;
     ld8(cs, cst, s * rot + c, co);
     ld8(sn, snt, s * rot + c, si);
-    for (int k = 0; k < 8; ++k)
-      v[k] = c < half ? v[k] * co[k] - up[k] * si[k] : v[k] * co[k] + down[k] * si[k];
   }
-  st8(a.out, a.ot, r * a.cols + c, v);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float up[8], down[8];
+    for (int k = 0; k < 8; ++k) {
+      up[k] = __shfl_sync(0xffffffffu, v[j][k], min(part + hp, G - 1), G);
+      down[k] = __shfl_sync(0xffffffffu, v[j][k], max(part - hp, 0), G);
+    }
+    if (!live) continue;
+    if (rotated) {
+      for (int k = 0; k < 8; ++k)
+        v[j][k] = c < half ? v[j][k] * co[k] - up[k] * si[k] : v[j][k] * co[k] + down[k] * si[k];
+    }
+    st8(a.out, a.ot, (r0 + j) * a.cols + c, v[j]);
+  }
 }
 
 // layerscale_residual_rms_norm for rows of at most kResNormChunks * 256 values (8 per lane and
@@ -612,6 +630,20 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
   return out;
 }
 
+namespace {
+
+// Rows per lane group of qk_norm_rope_vec8_kernel: four where the heads come in fours (the DiT's
+// 56, the video VAE decoder's 32), else two, else one; H3_QKROPE_ROWS=1 or 2 caps it.
+int qk_rope_rows_per_group(int64_t heads) {
+  const char* env = std::getenv("H3_QKROPE_ROWS");
+  const int cap = env ? std::atoi(env) : 4;
+  if (cap >= 4 && heads % 4 == 0) return 4;
+  if (cap >= 2 && heads % 2 == 0) return 2;
+  return 1;
+}
+
+}  // namespace
+
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos_t,
                     const Tensor& sin_t, int rotary_dim) {
   if (!fusion_enabled("QKNORM_ROPE")) return rope(rms_norm(x, weight, eps), cos_t, sin_t, rotary_dim);
@@ -633,14 +665,37 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tens
   if (rows_vec8(s) && vec8_ok(cs) && vec8_ok(sn) && rotary_dim % 16 == 0 &&
       (lanes == 8 || lanes == 16 || lanes == 32)) {
     constexpr int kThreads = 256;
-    const auto blocks = static_cast<unsigned>((s.a.rows * lanes + kThreads - 1) / kThreads);
+    const int64_t heads = x.size(1);
+    const int rows = qk_rope_rows_per_group(heads);
+    const auto blocks = static_cast<unsigned>((s.a.rows / rows * lanes + kThreads - 1) / kThreads);
     auto launch = [&](auto kernel) {
-      kernel<<<blocks, kThreads, 0, current_stream()>>>(s.a, x.size(1), cs.raw(), dtype_code(cs.dtype()),
-                                                         sn.raw(), dtype_code(sn.dtype()), rotary_dim);
+      kernel<<<blocks, kThreads, 0, current_stream()>>>(s.a, heads, cs.raw(),
+                                                        dtype_code(cs.dtype()), sn.raw(),
+                                                        dtype_code(sn.dtype()), rotary_dim);
     };
-    if (lanes == 8) launch(qk_norm_rope_vec8_kernel<8>);
-    else if (lanes == 16) launch(qk_norm_rope_vec8_kernel<16>);
-    else launch(qk_norm_rope_vec8_kernel<32>);
+    // G lanes per row, R rows per lane group.
+    auto launch_g = [&](auto g) {
+      constexpr int G = decltype(g)::value;
+      switch (rows) {
+        case 4:
+          return launch(qk_norm_rope_vec8_kernel<G, 4>);
+        case 2:
+          return launch(qk_norm_rope_vec8_kernel<G, 2>);
+        default:
+          return launch(qk_norm_rope_vec8_kernel<G, 1>);
+      }
+    };
+    switch (lanes) {
+      case 8:
+        launch_g(std::integral_constant<int, 8>{});
+        break;
+      case 16:
+        launch_g(std::integral_constant<int, 16>{});
+        break;
+      default:
+        launch_g(std::integral_constant<int, 32>{});
+        break;
+    }
     check_launch("qk_norm_rope");
     return s.out;
   }
