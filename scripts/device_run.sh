@@ -31,8 +31,10 @@
 #      golden folder and the anchor (H3_ANCHOR_DIR, default .device-anchor in the working tree).
 #  12. "qkrope": the q/k norm + RoPE kernel with one and with four rows per lane group
 #      (H3_QKROPE_ROWS): its tests, the DiT blocks and the video VAE decode under each.
+#  13. "causal": the Hopper attention kernel's causal path: the attention cases, the conditioner's
+#      GPU tests, the attention benchmark.
 # H3_DEVICE_STEPS selects steps (default "tests bench models load sanitize"; also "e2e", "lora",
-# "fp8", "vaeload", "vae", "audio", "variants", "qkrope"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8 fp8-block") runs the e2e FastH3
+# "fp8", "vaeload", "vae", "audio", "variants", "qkrope", "causal"). H3_E2E_DIT_DTYPES (default "bf16"; e.g. "bf16 fp8 fp8-block") runs the e2e FastH3
 # generations once per --dit-dtype ("fp8-block": with --fp8-scaling block).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,6 +107,19 @@ if [[ " $steps " == *" qkrope "* ]]; then
     [ -x "$bin/h3" ] && H3_QKROPE_ROWS=$rows run "bench_vae_rows$rows" 200 "$bin/h3" bench vae --repeat 2 --warmup 1
     grep -E "decode|seconds" "$out/bench_vae_rows$rows.log" | head -6 | sed "s/^/vae, rows $rows: /" | tee -a "$summary"
   done
+fi
+# The Hopper attention kernel's causal path (the Qwen language model's grouped-query prefill): the
+# attention backend-ops cases (the large ones too), the conditioner's GPU tests, and the attention
+# benchmark (the Hopper kernel beside the mma.sync one it replaces).
+if [[ " $steps " == *" causal "* ]]; then
+  [ -x "$bin/h3_backend_ops" ] && run ops_attention 120 "$bin/h3_backend_ops" --gtest_filter='*ttention*'
+  [ -x "$bin/h3_backend_ops" ] && H3_OPS_LARGE=1 run ops_attention_large 150 "$bin/h3_backend_ops" \
+    --gtest_filter='*attention_dit_slice*:*attention_qwen*:*attention_vae*'
+  [ -x "$bin/h3_gpu_tests" ] && run gpu_conditioner 200 "$bin/h3_gpu_tests" --gtest_filter='*onditioner*:*Qwen*:*Text*'
+  # Variant 0 is the automatic choice (the Hopper kernel), variants 1 and 2 the mma.sync kernel.
+  [ -x "$bin/h3_gpu_tests" ] && H3_BENCH_ATTENTION=1 run bench_attention 240 "$bin/h3_gpu_tests" \
+    --gtest_filter='AttentionBench.*'
+  grep -E "^shape|^dit|^qwen" "$out/bench_attention.log" | tee -a "$summary"
 fi
 # Model benchmarks through the h3 tool (weights random, released width).
 if [[ " $steps " == *" models "* ]] && [ -x "$bin/h3" ]; then

@@ -45,7 +45,7 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // ---- attention ----------------------------------------------------------------------------------
 
 // The kernel behind ops::attention. The CPU has one (kCpu). On CUDA: kHopper, the wgmma/TMA kernel
-// (a compute capability 9.0 device; f16/bf16, head dim 64 or 128, no mask, not causal); kMma, the
+// (a compute capability 9.0 device; f16/bf16, head dim 64 or 128, no mask); kMma, the
 // mma.sync flash kernel (f16/bf16, head dim 16, 32, 64 or 128, no mask); kGeneric, any input.
 // kAuto takes the first of these that accepts the inputs, unless H3_ATTN_HOPPER=0 or
 // H3_ATTN_GENERIC=1 rule a kernel out; a kernel asked for by name ignores those switches.

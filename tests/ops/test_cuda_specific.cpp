@@ -244,13 +244,23 @@ void add_cases() {
   add_attention("causal_gqa", DType::kF16, {70, 70, 4, 2, 16, true});
   add_attention("varlen", DType::kBF16, {260, 260, 2, 2, 64, false, {0, 64, 64, 193, 260}});
   add_attention("varlen_causal", DType::kBF16, {200, 200, 4, 2, 32, true, {0, 129, 200}});
-  // Hopper kernel (compute capability 9.0; head dim 128, no mask, not causal): lengths ragged
-  // against its 128-row and 128-key tiles, grouped-query heads, S_q != S_kv, block-diagonal tiles
-  // with an empty segment, f16. On other devices these run the flash kernel.
+  // Hopper kernel (compute capability 9.0; head dim 128 or 64, no mask): lengths ragged against
+  // its 128-row and 128-key tiles, grouped-query heads, S_q != S_kv, block-diagonal tiles with an
+  // empty segment, f16, causal (the Qwen language model's grouped-query prefill; top-left aligned
+  // where S_q != S_kv; per segment in block-diagonal batches, whose tiles run in reverse). On
+  // other devices these run the flash kernel.
   add_attention("hopper_gqa", DType::kBF16, {333, 333, 8, 2, 128});
   add_attention("hopper_cross", DType::kBF16, {77, 290, 2, 1, 128});
   add_attention("hopper_varlen", DType::kBF16, {300, 300, 4, 4, 128, false, {0, 50, 50, 211, 300}});
   add_attention("hopper", DType::kF16, {150, 150, 2, 2, 128});
+  add_attention("hopper_causal_gqa", DType::kBF16, {333, 333, 8, 2, 128, true});
+  add_attention("hopper_causal_cross", DType::kBF16, {77, 290, 2, 1, 128, true});
+  add_attention("hopper_causal_cross", DType::kF16, {300, 140, 2, 2, 128, true});
+  add_attention("hopper_causal_varlen", DType::kBF16,
+                {300, 300, 4, 2, 128, true, {0, 50, 50, 211, 300}});
+  add_attention("hopper_causal", DType::kF16, {261, 261, 4, 2, 64, true});
+  add_attention("hopper_causal_varlen", DType::kF16,
+                {400, 400, 2, 2, 64, true, {0, 137, 137, 274, 400}});
   // Head dim 64 (the video VAE decoder's): one 64-column half per tile, 4 stages, m64n64 P V.
   add_attention("hopper", DType::kF16, {200, 200, 2, 2, 64});
   add_attention("hopper_gqa", DType::kBF16, {261, 261, 4, 2, 64});

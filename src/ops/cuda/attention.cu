@@ -12,8 +12,8 @@
 //   72 and 256, additive masks, unaligned views). A warp owns 4 query rows; lanes take one key
 //   each for the scores and split the head dim for P V.
 // H3_ATTN_GENERIC=1 forces the generic kernel (to bisect a suspected flash-kernel problem).
-// On compute capability 9.0, flash calls with head dim 128, no mask and no causal mask go to the
-// wgmma/TMA kernel of attention_hopper.cu instead; H3_ATTN_HOPPER=0 keeps them on flash_fwd.
+// On compute capability 9.0, flash calls with head dim 64 or 128 and no mask (causal or not) go to
+// the wgmma/TMA kernel of attention_hopper.cu instead; H3_ATTN_HOPPER=0 keeps them on flash_fwd.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -501,9 +501,10 @@ AttentionKernel choose_kernel(const Prepared& in, const AttentionParams& ap, con
       return flash && !env_flag("H3_ATTN_GENERIC") ? AttentionKernel::kMma : AttentionKernel::kGeneric;
     case AttentionKernel::kHopper:
       H3_CHECK(flash && hopper_attention_fits(q, k, v, ap.causal, mask), ErrorCode::kUnsupported,
-               "ops::attention: the hopper kernel does not take these inputs (it needs a compute capability 9.0 "
-               "GPU with the sm_90a kernels built in, f16/bf16, head dim 64 or 128, no mask, not causal, rows "
-               "16-byte aligned); got ", shapes, " on ", q.device().str());
+               "ops::attention: the hopper kernel does not take these inputs (it needs a compute "
+               "capability 9.0 GPU with the sm_90a kernels built in, f16/bf16, head dim 64 or 128, "
+               "no mask, rows 16-byte aligned); got ",
+               shapes, " on ", q.device().str());
       return AttentionKernel::kHopper;
     case AttentionKernel::kMma:
       H3_CHECK(flash, ErrorCode::kUnsupported,
@@ -599,7 +600,7 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
   H3_CHECK(p.hq <= 65535, ErrorCode::kUnsupported, "ops::attention: ", p.hq, " heads in one launch");
 
   if (kernel == AttentionKernel::kHopper) {
-    hopper_attention(q, k, v, out, p.scale, cu);
+    hopper_attention(q, k, v, out, p.scale, cu, ap.causal);
   } else if (kernel == AttentionKernel::kMma) {
     // H3_ATTN_VARIANT picks a benchmark variant of the mma.sync kernel (and rules out the Hopper one).
     const int variant = env_int("H3_ATTN_VARIANT", 0);

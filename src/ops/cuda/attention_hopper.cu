@@ -71,8 +71,9 @@ bool strides_fit(const Tensor& t) {
 bool hopper_attention_available(int index) { return hopper_kernels_available(index); }
 
 bool hopper_attention_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask) {
+  (void)causal;  // both kinds run
   const DType dt = q.dtype();
-  if (mask || causal || (dt != DType::kBF16 && dt != DType::kF16)) return false;
+  if (mask || (dt != DType::kBF16 && dt != DType::kF16)) return false;
   if (k.dtype() != dt || v.dtype() != dt || q.dim() != 3 || k.dim() != 3 || v.dim() != 3) return false;
   const int64_t d = q.size(2);
   if ((d != 64 && d != 128) || k.size(2) != d || v.size(2) != d) return false;
@@ -89,7 +90,7 @@ bool hopper_attention_eligible(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
-                      const std::vector<int64_t>& cu_seqlens) {
+                      const std::vector<int64_t>& cu_seqlens, bool causal) {
   hopper::Problem pb{};
   pb.q = q.raw();
   pb.k = k.raw();
@@ -110,6 +111,7 @@ void hopper_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   pb.scale_log2 = scale * 1.4426950408889634f;
   pb.f16 = q.dtype() == DType::kF16;
   pb.head_dim = static_cast<int>(q.size(2));
+  pb.causal = causal;
   // Head dim 64 (the video VAE's decoder): two or three consumer warpgroups by the grid's size.
   if (pb.head_dim == 64) {
     const char* wg = std::getenv("H3_ATTN_HOPPER_D64_WARPGROUPS");

@@ -1,4 +1,5 @@
-// FlashAttention-3 style forward kernel for Hopper (sm_90a), bf16/f16, head dim 128 or 64, no mask.
+// FlashAttention-3 style forward kernel for Hopper (sm_90a), bf16/f16, head dim 128 or 64, no mask,
+// bidirectional or causal.
 // Self-contained (CUDA headers only) so the standalone harness bench/kernels/attn_hopper_bench.cu
 // can include it; attention_hopper.cu wraps it for ops::attention.
 //
@@ -27,6 +28,10 @@
 // and masks keys past kv_end in the last tile (the copy engine zero-fills rows past the tensor's
 // end; rows of the next segment are finite and masked). Grouped-query heads map query head h to
 // key/value head h / group.
+// Causal (top-left aligned, as the mma.sync kernel and torch SDPA's is_causal: key j of a segment
+// is visible to its query i when j <= i): a CTA reads keys up to its last query row and masks, per
+// element, only the tiles that reach past a thread's first row. The CTAs with the most keys are
+// launched first (the grid runs the query tiles in reverse), so the short ones fill the last wave.
 #pragma once
 
 #include <cuda.h>
@@ -83,6 +88,7 @@ struct KernelArgs {
   int group;              // query heads per key/value head
   float scale_log2;       // softmax scale * log2(e)
   const TileDesc* tiles;  // null: one segment, tile blockIdx.x covers rows [128 x, 128 x + 128)
+  int causal;             // 1: key j of a segment visible to query i only when j <= i
 };
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -315,10 +321,12 @@ __global__ void __launch_bounds__(Geometry<D, C>::kThreads, 1)
   auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * kStages + s); };
 
   TileDesc tile;
+  const int bx =
+      args.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   if (args.tiles) {
-    tile = args.tiles[blockIdx.x];
+    tile = args.tiles[bx];
   } else {
-    tile.q_start = blockIdx.x * kRows;
+    tile.q_start = bx * kRows;
     tile.q_end = min(args.s_q, tile.q_start + kRows);
     tile.seg_start = 0;
     tile.kv_end = args.s_kv;
@@ -326,8 +334,8 @@ __global__ void __launch_bounds__(Geometry<D, C>::kThreads, 1)
   const int head = blockIdx.y;
   const int kv_head = head / args.group;
   const int kv_lo = tile.seg_start;
-  const int kv_hi = tile.kv_end;
-  const int n_tiles = (kv_hi - kv_lo + kKeysPerTile - 1) / kKeysPerTile;
+  const int kv_hi = args.causal ? min(tile.kv_end, tile.q_end) : tile.kv_end;
+  const int n_tiles = kv_hi > kv_lo ? (kv_hi - kv_lo + kKeysPerTile - 1) / kKeysPerTile : 0;
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -368,6 +376,8 @@ __global__ void __launch_bounds__(Geometry<D, C>::kThreads, 1)
     const int g = lane >> 2, tq = lane & 3;
     const uint32_t q_base = sQ + cw * 64 * 128;
     const float sl2 = args.scale_log2;
+    // This thread's two query rows (the segment's offsets cancel in the causal test j <= i).
+    const int row0 = tile.q_start + cw * 64 + warp * 16 + g;
 
     float o[D / 2], s[64];
     uint32_t pa[32];
@@ -376,15 +386,17 @@ __global__ void __launch_bounds__(Geometry<D, C>::kThreads, 1)
     float m_row[2] = {-INFINITY, -INFINITY};
     float l_row[2] = {0.0f, 0.0f};
 
-    // Masks keys at or past kv_hi (only the last tile can hold such keys), then turns the scores
-    // of this tile into probabilities: new running max, correction factor for the old sums, exp2.
+    // Masks keys at or past kv_hi (only the last tile can hold such keys) and, when causal, keys
+    // after the row's own position (element i is row row0 + 8 ((i >> 1) & 1)), then turns the
+    // scores of this tile into probabilities: new running max, correction factor for the old
+    // sums, exp2. Every row sees key kv_lo in tile 0, so its running max is finite from there on.
     auto softmax = [&](int j, float (&corr)[2]) {
       const int key0 = kv_lo + j * kKeysPerTile;
-      if (key0 + kKeysPerTile > kv_hi) {
+      if (key0 + kKeysPerTile > kv_hi || (args.causal && key0 + kKeysPerTile - 1 > row0)) {
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
           const int key = key0 + (i / 4) * 8 + tq * 2 + (i & 1);
-          if (key >= kv_hi) s[i] = -INFINITY;
+          if (key >= kv_hi || (args.causal && key > row0 + 8 * ((i >> 1) & 1))) s[i] = -INFINITY;
         }
       }
 #pragma unroll
@@ -503,6 +515,7 @@ struct Problem {
   int n_tiles;             // entries of tiles
   int head_dim = kHeadDim; // 128 or 64
   int consumers = 2;       // consumer warpgroups (64 query rows each): 2, or 3 at head dim 64
+  bool causal = false;     // top-left aligned, per segment
 };
 
 // Query rows per CTA of a problem (the tile list's block size).
@@ -577,6 +590,7 @@ inline const char* launch(const Problem& pb, cudaStream_t stream) {
   a.group = pb.hq / pb.hkv;
   a.scale_log2 = pb.scale_log2;
   a.tiles = pb.tiles;
+  a.causal = pb.causal ? 1 : 0;
   const unsigned gx = pb.tiles ? static_cast<unsigned>(pb.n_tiles)
                                : static_cast<unsigned>((pb.s_q + rows - 1) / rows);
   if (gx == 0) return nullptr;
