@@ -55,33 +55,13 @@ if (( want_resized )); then
   fi
 fi
 
-# Each variant's tests in shards, one per core (a BLAS thread each); the log keeps every line.
-jobs=$(nproc)
-(( jobs > 4 )) && jobs=4
+# Each variant's tests in shards, two per core (scripts/gtest_shards.sh); the log keeps every line.
 failed=()
 for dir in "$out"/*/; do
   name="$(basename "$dir")"
-  log="$out/$name.log"
-  pids=()
-  for (( i = 0; i < jobs; ++i )); do
-    OPENBLAS_NUM_THREADS=1 H3_GOLDEN_DIR="$dir" H3_REQUIRE_GOLDEN=1 GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i \
-      "$bin" --gtest_color=no > "$log.$i" 2>&1 &
-    pids+=($!)
-  done
-  status=0
-  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-  cat "$log".* > "$log"
-  passed=$(grep -c '^\[       OK \]' "$log" || true)
-  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z].*(' "$log" || true)
-  nfailed=$(grep -c '^\[  FAILED  \] [A-Za-z].*(' "$log" || true)
-  echo "== variant $name: $passed passed, $skipped skipped, $nfailed failed"
-  # The skips, each with its reason (the line before gtest's SKIPPED line holds the message).
-  grep -B1 '^\[  SKIPPED \] [A-Za-z].*(' "$log" | grep -v '^--$' | paste - - | \
-    sed -E 's/^(.*)\t\[  SKIPPED \] ([^ ]+).*/   skipped \2: \1/' | cut -c1-240 || true
-  if (( status != 0 )); then
+  echo "== variant $name"
+  H3_GOLDEN_DIR="$dir" H3_REQUIRE_GOLDEN=1 scripts/gtest_shards.sh "$bin" "$out/$name.log" ||
     failed+=("$name")
-    grep -E '^\[  FAILED  \] [A-Za-z].*\(|Failure|error:' "$log" | head -40 || true
-  fi
 done
 echo "test_golden_variants.sh: $(ls -d "$out"/*/ | wc -l) variant(s) in $(( $(date +%s) - start )) s"
 if (( ${#failed[@]} )); then

@@ -192,8 +192,14 @@ class HeaderGenerator {
     const int n = pick(0, 3);
     for (int i = 0; i < n; ++i) {
       if (i) out += space() + "," + space();
-      out += quoted("k" + std::to_string(i) + (pick(0, 1) ? "\xe2\x82\xac" : "")) + space() + ":" +
-             space() + quoted(pick(0, 1) ? "pt" : "a \"v\"\n\xf0\x9f\x98\x80");
+      // Appended piece by piece: GCC 12 at -O3 raises a -Wstringop-overflow false positive on
+      // `"k" + std::to_string(i)` here (libstdc++'s insert at the front, inlined).
+      std::string key = "k";
+      key += std::to_string(i);
+      if (pick(0, 1)) key += "\xe2\x82\xac";
+      out += quoted(key);
+      out += space() + ":" + space();
+      out += quoted(pick(0, 1) ? "pt" : "a \"v\"\n\xf0\x9f\x98\x80");
     }
     return out + space() + "}";
   }
