@@ -236,6 +236,21 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
   return quantize_activation_fp8(rms_norm_modulate(x, weight, eps, scale, shift, idx), act);
 }
 
+GatedNormFp8 gated_residual_rms_norm_modulate_fp8(const Tensor& residual, const Tensor& branch,
+                                                  const Tensor& gate, const Tensor& idx,
+                                                  const Tensor* weight, float eps,
+                                                  const Tensor& scale, const Tensor& shift,
+                                                  Fp8ActScaling act) {
+  if (residual.defined() && residual.device().is_cuda()) {
+    return cuda::gated_residual_rms_norm_modulate_fp8(residual, branch, gate, idx, weight, eps,
+                                                      scale, shift, act);
+  }
+  GatedNormFp8 r;
+  r.x = gated_residual(residual, branch, gate, idx);
+  r.modulated = rms_norm_modulate_fp8(r.x, weight, eps, scale, shift, idx, act);
+  return r;
+}
+
 Tensor linear_fp8(const Fp8Activation& x, const Fp8Weight& w, const Tensor* bias) {
   check_fp8_weight(w, "ops::linear_fp8");
   H3_CHECK(x.defined() && x.data.dim() == 2 && x.data.size(1) == w.in_features(),

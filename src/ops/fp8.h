@@ -105,6 +105,21 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
                                     const Tensor& scale, const Tensor& shift, const Tensor& idx,
                                     Fp8ActScaling act);
 
+// gated_residual_rms_norm_modulate (ops.h) with the modulated rows as
+// rms_norm_modulate_fp8 gives them, the same bits: the attention residual and the feed-forward's
+// input of a DiT block whose feed-forward input projection is FP8. On CUDA one pass where
+// rms_norm_modulate_fp8 takes its one-kernel path and the residual's operands allow
+// (H3_FUSE_GATED_NORM=0: gated_residual, then rms_norm_modulate_fp8).
+struct GatedNormFp8 {
+  Tensor x;
+  Fp8Activation modulated;
+};
+GatedNormFp8 gated_residual_rms_norm_modulate_fp8(const Tensor& residual, const Tensor& branch,
+                                                  const Tensor& gate, const Tensor& idx,
+                                                  const Tensor* weight, float eps,
+                                                  const Tensor& scale, const Tensor& shift,
+                                                  Fp8ActScaling act);
+
 // A model's projection weight that may have been quantized at load (--dit-dtype fp8,
 // --text-encoder-dtype fp8): `w` is then E4M3 [N, K] and `scale` its per-channel scales [N], or
 // its 128 x 128 block scales [ceil(N/128), ceil(K/128)] (the scale's rank tells them apart).

@@ -221,6 +221,19 @@ void copy_into(Tensor& dst, const Tensor& src);
 // modulate(rms_norm(x, weight, eps), scale, shift, idx). x [S, C]. Switch: H3_FUSE_RMSNORM_MODULATE.
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale,
                          const Tensor& shift, const Tensor& idx);
+// x = gated_residual(residual, branch, gate, idx) and modulated = rms_norm_modulate(x, weight, eps,
+// scale, shift, idx): a DiT block's attention residual and the norm in front of its feed-forward
+// (h3_dit_spec.md §2.9 steps 4-5), where the sum is read by nothing else before the norm. On CUDA
+// one pass reads the residual and the branch once and writes both results: the sum with
+// gated_residual's bytes, the modulated rows with rms_norm_modulate's of it. gate, scale and
+// shift are [T, C] tables. Switch: H3_FUSE_GATED_NORM.
+struct GatedNorm {
+  Tensor x, modulated;
+};
+GatedNorm gated_residual_rms_norm_modulate(const Tensor& residual, const Tensor& branch,
+                                           const Tensor& gate, const Tensor& idx,
+                                           const Tensor* weight, float eps, const Tensor& scale,
+                                           const Tensor& shift);
 // rope(rms_norm(x, weight, eps), cos, sin, rotary_dim). x [S, H, D], weight [D]. Switch:
 // H3_FUSE_QKNORM_ROPE.
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos,

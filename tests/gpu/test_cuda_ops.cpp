@@ -402,8 +402,11 @@ TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
     idxv[static_cast<size_t>(i)] = static_cast<float>((i * 7) % tables);
   const Tensor idx = to_gpu(Tensor::from_f32(idxv, {m}, DType::kI64));
   // Per token over 1,032 columns and per group over 1,024 (runs of 128; 45 rows padded to 48).
+  // The DiT's 5,376 too: a CTA of four warps per row (16-bit rows held in registers).
   const std::pair<ops::Fp8ActScaling, int64_t> variants[] = {{ops::Fp8ActScaling::kPerToken, 1032},
-                                                             {ops::Fp8ActScaling::kPerGroup, 1024}};
+                                                             {ops::Fp8ActScaling::kPerGroup, 1024},
+                                                             {ops::Fp8ActScaling::kPerToken, 5376},
+                                                             {ops::Fp8ActScaling::kPerGroup, 5376}};
   for (const auto& [act, c] : variants) {
     SCOPED_TRACE(ops::fp8_act_scaling_name(act));
     std::vector<float> xv = randn({m, c}, DType::kF32, 51).to_f32_vector();
@@ -445,6 +448,71 @@ TEST(CudaFusion, RmsNormModulateFp8EqualsNormModulateThenQuantize) {
   EXPECT_THROW((void)ops::rms_norm_modulate_fp8(x, nullptr, 1e-6f, t, t,
                                                 to_gpu(Tensor::from_f32(bad, {m}, DType::kI64)),
                                                 ops::Fp8ActScaling::kPerToken),
+               Error);
+}
+
+// The DiT block's attention residual and the feed-forward's norm in one pass, against
+// gated_residual then rms_norm_modulate (and then rms_norm_modulate_fp8 for its E4M3 form), at a
+// width a warp holds and at the DiT's (a CTA of four warps per row): the same bytes, the sum as
+// gated_residual stores it. The row kernels that hold a row in registers against the two-pass
+// ones (H3_FUSE_ROW_REGS=0): with a warp per row the squares add in the same order, so the same
+// bytes; with four warps in another, so the norm's scale may move by its last bit.
+TEST(CudaFusion, GatedNormEqualsGatedResidualThenNorm) {
+  H3_REQUIRE_CUDA();
+  const int64_t s = 75, tables = 4;
+  std::vector<int64_t> iv(static_cast<size_t>(s));
+  for (int64_t i = 0; i < s; ++i) iv[static_cast<size_t>(i)] = (i * 3) % tables;
+  const Tensor idx = to_gpu(Tensor::from_i64(iv, {s}));
+  for (int64_t c : {1024, 5376}) {
+    SCOPED_TRACE("width " + std::to_string(c));
+    const Tensor x = to_gpu(randn({s, c}, DType::kBF16, 61));
+    const Tensor br = to_gpu(randn({s, c}, DType::kBF16, 62));
+    const Tensor g = to_gpu(randn({tables, c}, DType::kBF16, 63, 0.5f));
+    const Tensor sc = to_gpu(randn({tables, c}, DType::kBF16, 64, 0.3f));
+    const Tensor sh = to_gpu(randn({tables, c}, DType::kBF16, 65, 0.3f));
+    const Tensor w = to_gpu(randn({c}, DType::kBF16, 66, 0.2f));
+    const ops::GatedNorm fused =
+        ops::gated_residual_rms_norm_modulate(x, br, g, idx, &w, 1e-6f, sc, sh);
+    const Tensor sum = ops::gated_residual(x, br, g, idx);
+    const Tensor normed = ops::rms_norm_modulate(sum, &w, 1e-6f, sc, sh, idx);
+    EXPECT_TRUE(same_bytes(fused.x, sum)) << "the sum";
+    EXPECT_TRUE(same_bytes(fused.modulated, normed)) << "the modulated rows";
+    {
+      ScopedEnv off("H3_FUSE_GATED_NORM", "0");
+      const ops::GatedNorm plain =
+          ops::gated_residual_rms_norm_modulate(x, br, g, idx, &w, 1e-6f, sc, sh);
+      EXPECT_TRUE(same_bytes(plain.x, sum) && same_bytes(plain.modulated, normed)) << "switch off";
+    }
+    for (ops::Fp8ActScaling act : {ops::Fp8ActScaling::kPerToken, ops::Fp8ActScaling::kPerGroup}) {
+      SCOPED_TRACE(ops::fp8_act_scaling_name(act));
+      const ops::GatedNormFp8 f8 =
+          ops::gated_residual_rms_norm_modulate_fp8(x, br, g, idx, &w, 1e-6f, sc, sh, act);
+      EXPECT_TRUE(same_bytes(f8.x, sum)) << "the sum (E4M3 rows)";
+      expect_same_fp8(f8.modulated, ops::rms_norm_modulate_fp8(sum, &w, 1e-6f, sc, sh, idx, act),
+                      "one pass against gated_residual then rms_norm_modulate_fp8");
+    }
+    Tensor two_pass;
+    {
+      ScopedEnv off("H3_FUSE_ROW_REGS", "0");
+      two_pass = ops::rms_norm_modulate(sum, &w, 1e-6f, sc, sh, idx);
+    }
+    if (c <= 2048) {
+      EXPECT_TRUE(same_bytes(normed, two_pass)) << "a warp per row against the two-pass kernel";
+    } else {
+      const Diff d = diff(normed, two_pass);
+      std::printf(
+          "rms_norm_modulate rows in registers (four warps) vs two-pass, width %lld: rel_l2=%.3e "
+          "max_abs=%.3e (bound 1e-3)\n",
+          static_cast<long long>(c), d.rel_l2, d.max_abs);
+      EXPECT_LE(d.rel_l2, 1e-3);
+    }
+  }
+  std::vector<int64_t> bad = iv;
+  bad[5] = tables;
+  const Tensor t = to_gpu(randn({tables, 1024}, DType::kBF16, 67));
+  const Tensor x = to_gpu(randn({s, 1024}, DType::kBF16, 68));
+  EXPECT_THROW((void)ops::gated_residual_rms_norm_modulate(
+                   x, x, t, to_gpu(Tensor::from_i64(bad, {s})), nullptr, 1e-6f, t, t),
                Error);
 }
 

@@ -261,6 +261,7 @@ TEST(BackendOpsTable, CasesAreWellFormed) {
                             "copy_into",
                             "rms_norm_modulate",
                             "rms_norm_modulate_fp8",
+                            "gated_residual_rms_norm_modulate",
                             "swiglu_fp8",
                             "qk_norm_rope",
                             "linear_residual",

@@ -208,6 +208,50 @@ void add_residual_norm(DType branch_t, DType norm_t, int64_t s, int64_t cdim, bo
   register_case(std::move(c));
 }
 
+// The DiT block's attention residual and the feed-forward's norm in one op: both results (the
+// sum x, then the modulated rows) side by side. The reference keeps the sum unrounded; the bf16
+// bounds cover the sum's rounding before the norm.
+void add_gated_norm(DType t, int64_t s, int64_t cdim, int64_t tables, bool weight) {
+  OpCase c;
+  c.op = "gated_residual_rms_norm_modulate";
+  c.name = "gated_residual_rms_norm_modulate_" + dtype_tag(t) + "_s" + std::to_string(s) + "_c" +
+           std::to_string(cdim) + (weight ? "_w" : "");
+  c.dtype = t;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({s, cdim}, t),
+                               r.normal_tensor({s, cdim}, t),
+                               r.uniform_tensor({tables, cdim}, t, -1.0f, 1.0f),
+                               r.uniform_tensor({tables, cdim}, t, -0.5f, 0.5f),
+                               r.uniform_tensor({tables, cdim}, t, -0.5f, 0.5f),
+                               r.indices(s, tables),
+                               r.uniform_tensor({cdim}, t, 0.5f, 1.5f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const h3::ops::GatedNorm g = h3::ops::gated_residual_rms_norm_modulate(
+        in[0], in[1], in[2], in[5], weight ? &in[6] : nullptr, 1e-6f, in[3], in[4]);
+    return h3::ops::concat({g.x, g.modulated}, 1);
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    const std::vector<double> res = f64(in[0]), br = f64(in[1]), g = f64(in[2]), sc = f64(in[3]),
+                              sh = f64(in[4]), w = f64(in[6]);
+    const std::vector<int64_t> idx = in[5].to_i64_vector();
+    std::vector<double> x(res.size());
+    for (int64_t r = 0; r < s; ++r)
+      for (int64_t k = 0; k < cdim; ++k)
+        x[r * cdim + k] = res[r * cdim + k] + g[idx[r] * cdim + k] * br[r * cdim + k];
+    std::vector<double> y = ref_rms(x, weight ? &w : nullptr, cdim, 1e-6);
+    std::vector<double> out(static_cast<size_t>(s * 2 * cdim));
+    for (int64_t r = 0; r < s; ++r)
+      for (int64_t k = 0; k < cdim; ++k) {
+        const double m = y[r * cdim + k] * (1.0 + sc[idx[r] * cdim + k]) + sh[idx[r] * cdim + k];
+        out[r * 2 * cdim + k] = x[r * cdim + k];
+        out[r * 2 * cdim + cdim + k] = m;
+      }
+    return out;
+  };
+  register_case(std::move(c));
+}
+
 void add_linear_bias(DType t, int64_t m, int64_t k, int64_t n) {
   OpCase c;
   c.op = "linear";
@@ -296,6 +340,14 @@ void add_cases() {
   // not a multiple of 8, a rotary width whose half is not, head rows wider than a warp of 8s.
   add_rms_norm_modulate(DType::kBF16, 20, 5376, 6, true);
   add_rms_norm_modulate(DType::kBF16, 9, 100, 3, true);
+  // Rows held in registers: a warp per row up to 2,048 values, a CTA of four warps above (the DiT's
+  // 5,376; 8,192 the widest); 1,000 is not a multiple of 8 and takes the two ops.
+  add_rms_norm_modulate(DType::kBF16, 13, 1536, 4, true);
+  add_rms_norm_modulate(DType::kF16, 6, 8192, 2, false);
+  add_gated_norm(DType::kBF16, 20, 5376, 6, true);
+  add_gated_norm(DType::kF16, 17, 1024, 3, true);
+  add_gated_norm(DType::kBF16, 9, 1000, 3, false);
+  add_gated_norm(DType::kF32, 7, 256, 2, true);
   add_qk_norm_rope(DType::kBF16, 21, 2, 256, 128);
   add_qk_norm_rope(DType::kBF16, 11, 3, 128, 120);
   add_qk_norm_rope(DType::kBF16, 5, 2, 512, 128);

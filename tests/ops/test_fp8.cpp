@@ -284,6 +284,39 @@ void add_norm_modulate_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64
   register_case(std::move(c));
 }
 
+// gated_residual_rms_norm_modulate_fp8 into the FP8 GEMM: the residual sum and the projection of
+// the modulated rows side by side, CUDA's one pass against the CPU's composition (the norm's own
+// float64 reference is add_norm_modulate_linear_fp8's; the bounds are its device bounds).
+void add_gated_norm_linear_fp8(int64_t m, int64_t cols, int64_t tables, int64_t n, DType xt,
+                               Fp8ActScaling as) {
+  OpCase c;
+  const Fp8WeightScaling ws =
+      as == Fp8ActScaling::kPerGroup ? Fp8WeightScaling::kPerBlock : Fp8WeightScaling::kPerChannel;
+  c.device_bounds = Bounds{4e-2, 1e-1};
+  c.op = "gated_residual_rms_norm_modulate_fp8";
+  c.name = std::string("Fp8_gated_norm_linear_a") + h3::ops::fp8_act_scaling_name(as) + "_" +
+           dtype_tag(xt) + "_" + std::to_string(m) + "x" + std::to_string(cols) + "n" +
+           std::to_string(n);
+  c.dtype = xt;
+  c.make_inputs = [=](Rng& r) {
+    return std::vector<Tensor>{r.normal_tensor({m, cols}, xt),
+                               r.normal_tensor({m, cols}, xt),
+                               r.uniform_tensor({tables, cols}, xt, -1.0f, 1.0f),
+                               r.uniform_tensor({tables, cols}, xt, -0.5f, 0.5f),
+                               r.uniform_tensor({tables, cols}, xt, -0.5f, 0.5f),
+                               r.indices(m, tables),
+                               r.uniform_tensor({cols}, xt, 0.5f, 1.5f),
+                               r.normal_tensor({n, cols}, DType::kBF16, 0.0f, 0.02f)};
+  };
+  c.run = [=](const std::vector<Tensor>& in) {
+    const h3::ops::Fp8Weight w = h3::ops::quantize_weight_fp8(in[7], ws);
+    const h3::ops::GatedNormFp8 g = h3::ops::gated_residual_rms_norm_modulate_fp8(
+        in[0], in[1], in[2], in[5], &in[6], 1e-6f, in[3], in[4], as);
+    return h3::ops::concat({g.x, h3::ops::linear_fp8(g.modulated, w, nullptr)}, 1);
+  };
+  register_case(std::move(c));
+}
+
 void add_weight_roundtrip(int64_t n, int64_t k, Fp8WeightScaling ws) {
   OpCase c;
   c.op = "quantize_weight_fp8";
@@ -367,6 +400,14 @@ void add_cases() {
   for (DType xt : {DType::kBF16, DType::kF16, DType::kF32})
     add_norm_modulate_linear_fp8(41, 1024, 3, 48, xt, Fp8ActScaling::kPerGroup);
   add_norm_modulate_linear_fp8(41, 1032, 3, 48, DType::kBF16, Fp8ActScaling::kPerGroup);
+  // Rows over 2,048 columns: a CTA of four warps holds each row in registers.
+  add_norm_modulate_linear_fp8(12, 2056, 3, 32, DType::kBF16, Fp8ActScaling::kPerToken);
+  add_norm_modulate_linear_fp8(13, 3072, 3, 32, DType::kBF16, Fp8ActScaling::kPerGroup);
+  // The residual in front (the DiT block's feed-forward input): one pass, per token and per group,
+  // narrow and wide rows; 1,032 per group takes the two ops.
+  add_gated_norm_linear_fp8(20, 1032, 3, 32, DType::kBF16, Fp8ActScaling::kPerToken);
+  add_gated_norm_linear_fp8(21, 3072, 4, 32, DType::kBF16, Fp8ActScaling::kPerGroup);
+  add_gated_norm_linear_fp8(9, 1032, 2, 32, DType::kF16, Fp8ActScaling::kPerGroup);
   // K = 0: an empty sum, so every row is the bias.
   for (bool pre : {false, true})
     add_linear_fp8({3, 0}, 8, DType::kF32, Fp8WeightScaling::kPerChannel, Fp8ActScaling::kPerToken,

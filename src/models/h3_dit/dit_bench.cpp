@@ -514,11 +514,14 @@ DitBenchResult run_dit_bench(const DitBenchOptions& o, bool verbose) {
       const double e = static_cast<double>(dtype_size(act));
       const double rows_d = sd * hd * e, rows_inner = sd * inner * e, rows_ffn = sd * ffn * e;
       const double tables = static_cast<double>(layout.rope_cos.nbytes() + layout.rope_sin.nbytes());
+      // The attention residual and the next norm run as one part where the block fuses them.
+      const double apart = part_ms.count("gated residual + norm + modulate") ? 1 : 2;
       const std::map<std::string, double> glue_bytes = {
-          {"norm + modulate", 2 * 2 * rows_d},         // twice: read x, write
+          {"norm + modulate", apart * 2 * rows_d},             // read x, write
           {"q/k norm + RoPE", 2 * (2 * rows_inner + tables)},  // q and k: read, write, tables
-          {"gated residual", 2 * 3 * rows_d},          // twice: residual, branch, write
-          {"SwiGLU", 3 * rows_ffn}};                   // read value and gate, write
+          {"gated residual", apart * 3 * rows_d},              // residual, branch, write
+          {"gated residual + norm + modulate", 4 * rows_d},    // residual, branch; sum, rows
+          {"SwiGLU", 3 * rows_ffn}};                           // read value and gate, write
       for (const auto& [name, ms] : part_ms) {
         DitBenchResult::Part p;
         p.name = name;

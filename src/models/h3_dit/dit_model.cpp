@@ -554,17 +554,29 @@ Tensor DitModel::run_block_with(const DitBlockWeights& b, int64_t block, const T
   const std::vector<Tensor>& masks = options_.vsa.block_masks;
   const Tensor* mask = block < static_cast<int64_t>(masks.size()) ? &masks[static_cast<size_t>(block)] : nullptr;
   const Tensor attn = attention_layer(a, std::move(aq), b.attn, &layout, sparsity, vt, mask);
-  Tensor x = gated_add(x_in, attn, gate_msa, adaln_rows);
-  part("gated residual");
-  Tensor h;
+  Tensor x, h;
   ops::Fp8Activation hq;
-  if (fp8_only_reader({{&b.ff.fc_in, &b.ff.fc_in_lora}})) {
-    hq = ops::rms_norm_modulate_fp8(x, &b.norm2, eps, scale_mlp, shift_mlp, adaln_rows,
-                                    ops::projection_act_scaling(b.ff.fc_in_scale));
-  } else {
+  if (eager_bf16()) {
+    x = gated_add(x_in, attn, gate_msa, adaln_rows);
+    part("gated residual");
     h = norm_modulate(x, b.norm2, eps, scale_mlp, shift_mlp, adaln_rows);
+    part("norm + modulate");
+  } else if (fp8_only_reader({{&b.ff.fc_in, &b.ff.fc_in_lora}})) {
+    // The residual sum is read back only by the norm: one pass writes it and the feed-forward's
+    // input (in E4M3 here), instead of writing the sum and reading it again.
+    ops::GatedNormFp8 g = ops::gated_residual_rms_norm_modulate_fp8(
+        x_in, attn, gate_msa, adaln_rows, &b.norm2, eps, scale_mlp, shift_mlp,
+        ops::projection_act_scaling(b.ff.fc_in_scale));
+    x = std::move(g.x);
+    hq = std::move(g.modulated);
+    part("gated residual + norm + modulate");
+  } else {
+    ops::GatedNorm g = ops::gated_residual_rms_norm_modulate(x_in, attn, gate_msa, adaln_rows,
+                                                             &b.norm2, eps, scale_mlp, shift_mlp);
+    x = std::move(g.x);
+    h = std::move(g.modulated);
+    part("gated residual + norm + modulate");
   }
-  part("norm + modulate");
   const Tensor ff = feed_forward(h, std::move(hq), b.ff);
   x = gated_add(x, ff, gate_mlp, adaln_rows);
   part("gated residual");

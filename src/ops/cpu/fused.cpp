@@ -15,6 +15,20 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
   return modulate(rms_norm(x, weight, eps), scale, shift, idx);
 }
 
+GatedNorm gated_residual_rms_norm_modulate(const Tensor& residual, const Tensor& branch,
+                                           const Tensor& gate, const Tensor& idx,
+                                           const Tensor* weight, float eps, const Tensor& scale,
+                                           const Tensor& shift) {
+  if (residual.defined() && residual.device().is_cuda()) {
+    return cuda::gated_residual_rms_norm_modulate(residual, branch, gate, idx, weight, eps, scale,
+                                                  shift);
+  }
+  GatedNorm r;
+  r.x = gated_residual(residual, branch, gate, idx);
+  r.modulated = rms_norm_modulate(r.x, weight, eps, scale, shift, idx);
+  return r;
+}
+
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos,
                     const Tensor& sin, int rotary_dim) {
   if (x.defined() && x.device().is_cuda()) {

@@ -48,6 +48,10 @@ void copy_into(Tensor& dst, const Tensor& src);
 Tensor linear_residual(const Tensor& x, const Tensor& w, const Tensor& residual);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx);
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim);
+GatedNorm gated_residual_rms_norm_modulate(const Tensor& residual, const Tensor& branch,
+                                           const Tensor& gate, const Tensor& idx,
+                                           const Tensor* weight, float eps, const Tensor& scale,
+                                           const Tensor& shift);
 ResidualNorm layerscale_residual_rms_norm(const Tensor& x, const Tensor& branch, const Tensor& scale,
                                           const Tensor* weight, float eps, DType norm_dtype);
 

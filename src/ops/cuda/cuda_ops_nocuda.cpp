@@ -54,6 +54,11 @@ Tensor copy(const Tensor& x) { no_cuda("copy"); }
 void copy_into(Tensor&, const Tensor&) { no_cuda("copy_into"); }
 Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const Tensor& scale, const Tensor& shift, const Tensor& idx) { no_cuda("rms_norm_modulate"); }
 Tensor qk_norm_rope(const Tensor& x, const Tensor* weight, float eps, const Tensor& cos, const Tensor& sin, int rotary_dim) { no_cuda("qk_norm_rope"); }
+GatedNorm gated_residual_rms_norm_modulate(const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const Tensor*, float, const Tensor&,
+                                           const Tensor&) {
+  no_cuda("gated_residual_rms_norm_modulate");
+}
 AttentionPath attention_path(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask) { no_cuda("attention"); }
 
 }  // namespace h3::ops::cuda

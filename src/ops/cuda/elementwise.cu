@@ -80,7 +80,8 @@ __global__ void swiglu_kernel(const void* x, int xt, void* out, int ot, int64_t 
 }
 
 // swiglu_kernel eight outputs per thread (vec8_ok tensors, F % 8 == 0).
-__global__ void swiglu_vec8_kernel(const void* x, int xt, void* out, int ot, int64_t rows, int64_t f) {
+__global__ void swiglu_vec8_kernel(const void* x, int xt, void* out, int ot, int64_t rows,
+                                   int64_t f) {
   const int64_t n = rows * (f / 8);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -179,7 +180,7 @@ __global__ void gated_residual_vec8_kernel(const void* res, int rt, const void* 
     ld8(res, rt, r * c + col, rv);
     ld8(br, bt, r * c + col, bv);
     ld8(g, gt, t * c + col, gv);
-    for (int k = 0; k < 8; ++k) rv[k] += gv[k] * bv[k];
+    gated_add8(rv, gv, bv);
     st8(out, ot, r * c + col, rv);
   }
 }
@@ -447,7 +448,8 @@ Tensor gated_residual(const Tensor& res_in, const Tensor& branch_in, const Tenso
   const bool vec = c % 8 == 0 && vec8_ok(res) && vec8_ok(br) && vec8_ok(g) && vec8_ok(out);
   with_index_check("gated_residual", tables, res.device(), [&](int* bad) {
     if (vec) {
-      gated_residual_vec8_kernel<<<grid_for(rows * c / 8, kThreads), kThreads, 0, current_stream()>>>(
+      gated_residual_vec8_kernel<<<grid_for(rows * c / 8, kThreads), kThreads, 0,
+                                   current_stream()>>>(
           res.raw(), dtype_code(res.dtype()), br.raw(), dtype_code(br.dtype()), g.raw(),
           dtype_code(g.dtype()), ip, tables, out.raw(), dtype_code(out.dtype()), rows, c, bad);
     } else {

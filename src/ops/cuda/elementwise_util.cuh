@@ -76,18 +76,10 @@ __device__ __forceinline__ void st_any(void* p, int code, int64_t i, double v) {
 // swiglu_fp8's products are swiglu's bit for bit).
 __device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
 
-// Eight consecutive values of a float tensor (f32, bf16 or f16) from element i, in one or two
-// 16-byte accesses: the caller guarantees i % 8 == 0 and a 16-byte aligned base (vec8_ok). Each
-// value converts exactly as ld/st convert one.
-__device__ __forceinline__ void ld8(const void* p, int code, int64_t i, float v[8]) {
-  if (code == kCodeF32) {
-    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-    const float4 a = q[0], b = q[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    return;
-  }
-  const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
+// Eight 16-bit values (bf16 or f16 by code, value 0 in the lowest half of u.x) to float32, and
+// back with round-to-nearest-even: the one conversion of every eight-wide access, so a kernel that
+// keeps a row's raw 16-byte chunks in registers converts exactly as ld8/st8 do.
+__device__ __forceinline__ void unpack8(const uint4& u, int code, float v[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
   for (int k = 0; k < 4; ++k) {
     const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu), hi = static_cast<uint16_t>(w[k] >> 16);
@@ -100,13 +92,7 @@ __device__ __forceinline__ void ld8(const void* p, int code, int64_t i, float v[
     }
   }
 }
-__device__ __forceinline__ void st8(void* p, int code, int64_t i, const float v[8]) {
-  if (code == kCodeF32) {
-    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
-    q[0] = make_float4(v[0], v[1], v[2], v[3]);
-    q[1] = make_float4(v[4], v[5], v[6], v[7]);
-    return;
-  }
+__device__ __forceinline__ uint4 pack8(int code, const float v[8]) {
   uint32_t w[4];
   for (int k = 0; k < 4; ++k) {
     uint16_t lo, hi;
@@ -119,7 +105,43 @@ __device__ __forceinline__ void st8(void* p, int code, int64_t i, const float v[
     }
     w[k] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
-  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Eight consecutive values of a float tensor (f32, bf16 or f16) from element i, in one or two
+// 16-byte accesses: the caller guarantees i % 8 == 0 and a 16-byte aligned base (vec8_ok). Each
+// value converts exactly as ld/st convert one.
+__device__ __forceinline__ void ld8(const void* p, int code, int64_t i, float v[8]) {
+  if (code == kCodeF32) {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
+    return;
+  }
+  unpack8(*reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i), code, v);
+}
+__device__ __forceinline__ void st8(void* p, int code, int64_t i, const float v[8]) {
+  if (code == kCodeF32) {
+    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = pack8(code, v);
+}
+
+// r + g * b per value, as the gated residual forms it: one fused multiply-add in float32 (the
+// store then rounds once). One definition for ops::gated_residual and the norm kernels that take
+// the residual in front of them, so their sums are the same bits.
+__device__ __forceinline__ void gated_add8(float r[8], const float g[8], const float b[8]) {
+  for (int k = 0; k < 8; ++k) r[k] = fmaf(g[k], b[k], r[k]);
 }
 
 // Each value rounded to a float dtype and back, as st/st8 would store it and ld/ld8 read it.

@@ -26,6 +26,11 @@ Fp8Activation swiglu_fp8(const Tensor& u, Fp8ActScaling act);
 Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float eps,
                                     const Tensor& scale, const Tensor& shift, const Tensor& idx,
                                     Fp8ActScaling act);
+GatedNormFp8 gated_residual_rms_norm_modulate_fp8(const Tensor& residual, const Tensor& branch,
+                                                  const Tensor& gate, const Tensor& idx,
+                                                  const Tensor* weight, float eps,
+                                                  const Tensor& scale, const Tensor& shift,
+                                                  Fp8ActScaling act);
 // Whether rms_norm_modulate_fp8 takes the one-kernel path (per token, or per group with C a
 // multiple of 128; x [S, C] with C a multiple of 8 and x, the weight and the tables vec8_ok; the
 // RMSNORM_MODULATE fusion on and FP8_NORM_MODULATE not turned off): the same bits either way.

@@ -27,6 +27,11 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor&, const Tensor*, float, const T
                                     const Tensor&, const Tensor&, Fp8ActScaling) {
   no_cuda("rms_norm_modulate_fp8");
 }
+GatedNormFp8 gated_residual_rms_norm_modulate_fp8(const Tensor&, const Tensor&, const Tensor&,
+                                                  const Tensor&, const Tensor*, float,
+                                                  const Tensor&, const Tensor&, Fp8ActScaling) {
+  no_cuda("gated_residual_rms_norm_modulate_fp8");
+}
 bool rms_norm_modulate_fp8_fused(const Tensor&, const Tensor*, const Tensor&, const Tensor&,
                                  Fp8ActScaling) {
   return false;

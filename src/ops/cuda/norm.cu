@@ -92,13 +92,13 @@ __device__ __forceinline__ float rms_inv_vec8(const RowArgs& a, int64_t base, in
   return 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(a.cols) + a.eps);
 }
 
-// Eight normalized (mode 1: and modulated by table row t) values from column c, in float32 before
-// the output's rounding. One definition for the 16-bit output and the E4M3 one, so both see the
+// Eight values of a row from column c, already in float32, normalized (mode 1: and modulated by
+// table row t) before the output's rounding. One definition for the 16-bit output and the E4M3
+// one, and for the kernels that read the row from memory or hold it in registers, so all see the
 // same arithmetic.
-__device__ __forceinline__ void rms_values8(const RowArgs& a, int64_t base, int64_t c, float inv,
-                                            int mode, int64_t t, float v[8]) {
+__device__ __forceinline__ void rms_apply8(const RowArgs& a, int64_t c, float inv, int mode,
+                                           int64_t t, float v[8]) {
   float w[8], sc[8], sh[8];
-  ld8(a.x, a.xt, base + c, v);
   if (a.w) ld8(a.w, a.wt, c, w);
   if (mode == 1) {
     ld8(a.scale, a.sct, t * a.cols + c, sc);
@@ -109,6 +109,12 @@ __device__ __forceinline__ void rms_values8(const RowArgs& a, int64_t base, int6
     if (a.w) v[k] *= w[k];
     if (mode == 1) v[k] = v[k] * (1.0f + sc[k]) + sh[k];
   }
+}
+
+__device__ __forceinline__ void rms_values8(const RowArgs& a, int64_t base, int64_t c, float inv,
+                                            int mode, int64_t t, float v[8]) {
+  ld8(a.x, a.xt, base + c, v);
+  rms_apply8(a, c, inv, mode, t, v);
 }
 
 // rms_rows_kernel eight values at a time (vec8_ok operands, cols % 8 == 0): a lane reads 16 bytes
@@ -185,6 +191,149 @@ __global__ void rms_modulate_fp8_groups_kernel(RowArgs a, int64_t m4, uint8_t* q
     rms_values8(a, base, c, inv, 1, t, v);
     round8(a.ot, v);
     *reinterpret_cast<uint2*>(q + base + c) = e4m3x8_group(v, lane, &qscale[(c / 128) * m4 + row]);
+  }
+}
+
+// ---- rows held in registers -----------------------------------------------------------------
+// The kernels above read a row twice: once for its sum of squares, once (from L2, since a warp's
+// row no longer fits in L1 beside its neighbours') to normalize it, and a warp has only a few of
+// its loads in flight. For 16-bit rows of up to kRegMaxCols values (the DiT's 5,376, the
+// conditioner's 5,120, the video VAE decoder's channels) each thread instead loads all its C
+// 16-byte chunks of the row before using any, so the whole row is in flight at once, and the
+// second pass works from registers. Rows of up to 2,048 values take a warp each (four rows per
+// CTA); wider ones four warps, one row per CTA (C = 8 chunks a thread either way). With one warp a
+// row's squares add in rms_rows_vec8_kernel's order, with four in another, so the scale may differ
+// in the last bit.
+// H3_FUSE_ROW_REGS=0 goes back to the kernels above.
+constexpr int64_t kRegMaxCols = 8192;
+
+enum class RegOut { kNorm, kModulate, kFp8Rows, kFp8Groups };
+
+struct RegExtra {
+  // The gated residual in front of the norm (x_out not null): the row is a.x + gate[t] * branch,
+  // stored to x_out in a.x's dtype (gated_residual's bytes) and normalized as stored.
+  const void* branch = nullptr;
+  const void* gate = nullptr;
+  int gt = 0;
+  void* x_out = nullptr;
+  // E4M3 outputs: rms_modulate_fp8_vec8_kernel's and rms_modulate_fp8_groups_kernel's layouts.
+  uint8_t* q = nullptr;
+  float* qscale = nullptr;
+  int64_t m4 = 0;
+};
+
+// A row's total over its W warps (W = 1: the warp's shuffle tree), combined in warp order, so the
+// same bits on every run. `red` holds one slot per warp and serves one reduction.
+template <int W, bool kMax>
+__device__ __forceinline__ float row_reduce(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? nan_max(v, u) : v + u;
+  }
+  if constexpr (W == 1) {
+    return v;
+  } else {
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int i = 1; i < W; ++i) r = kMax ? nan_max(r, red[i]) : r + red[i];
+    return r;
+  }
+}
+
+template <int W, int C, RegOut kOut>
+__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
+    rms_rows_regs_kernel(RowArgs a, RegExtra e) {
+  constexpr int kRowThreads = 32 * W;
+  constexpr int kCtaThreads = W == 1 ? 128 : 32 * W;
+  constexpr int mode = kOut == RegOut::kNorm ? 0 : 1;
+  __shared__ float red[2][W];
+  const int t = static_cast<int>(threadIdx.x) % kRowThreads, lane = threadIdx.x & 31;
+  const int64_t row =
+      blockIdx.x * static_cast<int64_t>(kCtaThreads / kRowThreads) + threadIdx.x / kRowThreads;
+  // W > 1: one row per CTA, so every return below is the whole CTA's.
+  if (row >= (kOut == RegOut::kFp8Groups ? e.m4 : a.rows)) return;
+  const int64_t base = row * a.cols;
+  auto col = [&](int j) { return (static_cast<int64_t>(j) * kRowThreads + t) * 8; };
+  if (kOut == RegOut::kFp8Groups && row >= a.rows) {  // cuBLASLt's padding rows: zero, scale 1
+    for (int j = 0; j < C && col(j) < a.cols; ++j) {
+      *reinterpret_cast<uint2*>(e.q + base + col(j)) = make_uint2(0u, 0u);
+      if ((lane & 15) == 0) e.qscale[(col(j) / 128) * e.m4 + row] = 1.0f;
+    }
+    return;
+  }
+  int64_t tab = 0;
+  if ((mode == 1 || e.x_out) && !table_row(a, row, t, &tab)) return;
+  const auto* x16 = static_cast<const uint16_t*>(a.x);
+  uint4 raw[C];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    if (col(j) < a.cols) raw[j] = *reinterpret_cast<const uint4*>(x16 + base + col(j));
+  }
+  if (e.x_out) {
+    const auto* b16 = static_cast<const uint16_t*>(e.branch);
+    uint4 braw[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      if (col(j) < a.cols) braw[j] = *reinterpret_cast<const uint4*>(b16 + base + col(j));
+    }
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      if (col(j) >= a.cols) continue;
+      float xv[8], bv[8], gv[8];
+      unpack8(raw[j], a.xt, xv);
+      unpack8(braw[j], a.xt, bv);
+      ld8(e.gate, e.gt, tab * a.cols + col(j), gv);
+      gated_add8(xv, gv, bv);
+      raw[j] = pack8(a.xt, xv);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(e.x_out) + base + col(j)) = raw[j];
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    if (col(j) >= a.cols) continue;
+    float v[8];
+    unpack8(raw[j], a.xt, v);
+    for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
+  }
+  const float inv =
+      1.0f / sqrtf(row_reduce<W, false>(ss, red[0]) / static_cast<float>(a.cols) + a.eps);
+  auto values = [&](int j, float v[8]) {  // chunk j normalized (and modulated), in float32
+    unpack8(raw[j], a.xt, v);
+    rms_apply8(a, col(j), inv, mode, tab, v);
+  };
+  float m = 0.0f;  // kFp8Rows: the row's amax, over the values rounded as a 16-bit store rounds
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    if (col(j) >= a.cols) continue;
+    float v[8];
+    values(j, v);
+    if constexpr (kOut == RegOut::kNorm || kOut == RegOut::kModulate) {
+      st8(a.out, a.ot, base + col(j), v);
+    } else {
+      round8(a.ot, v);
+      if constexpr (kOut == RegOut::kFp8Groups) {
+        *reinterpret_cast<uint2*>(e.q + base + col(j)) =
+            e4m3x8_group(v, lane, &e.qscale[(col(j) / 128) * e.m4 + row]);
+      } else {
+        for (int k = 0; k < 8; ++k) m = nan_max(m, fabsf(v[k]));
+      }
+    }
+  }
+  if constexpr (kOut == RegOut::kFp8Rows) {
+    const float s = scale_of(row_reduce<W, true>(m, red[1]));
+    if (t == 0) e.qscale[row] = s;
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      if (col(j) >= a.cols) continue;
+      float v[8];
+      values(j, v);
+      round8(a.ot, v);
+      *reinterpret_cast<uint2*>(e.q + base + col(j)) = e4m3x8(v, s);
+    }
   }
 }
 
@@ -458,6 +607,25 @@ unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
+// Whether the register kernels take the rows of s (16-bit x of at most kRegMaxCols values in
+// chunks of eight; x, the weight and, with_out, the output vec8_ok).
+bool row_regs_fit(const RowSetup& s, bool with_out) {
+  return (s.a.xt == kCodeBF16 || s.a.xt == kCodeF16) && s.a.cols % 8 == 0 &&
+         s.a.cols <= kRegMaxCols && vec8_ok(s.x) && (!with_out || vec8_ok(s.out)) &&
+         (!s.a.w || vec8_ok(s.w)) && fusion_enabled("ROW_REGS");
+}
+
+// Rows [0, rows) of rms_rows_regs_kernel.
+template <RegOut kOut>
+void launch_row_regs(const RowArgs& a, const RegExtra& e, int64_t rows) {
+  const auto g = [](int64_t n) { return static_cast<unsigned>(n); };
+  if (a.cols <= 8 * 256) {
+    rms_rows_regs_kernel<1, 8, kOut><<<g((rows + 3) / 4), 128, 0, current_stream()>>>(a, e);
+  } else {
+    rms_rows_regs_kernel<4, 8, kOut><<<g(rows), 128, 0, current_stream()>>>(a, e);
+  }
+}
+
 template <typename Launch>
 void with_index_check(const char* op, int64_t tables, Device device, RowArgs& a, Launch&& launch) {
   run_index_checked(op, tables, "table rows", device, [&](int* bad) {
@@ -471,7 +639,9 @@ void with_index_check(const char* op, int64_t tables, Device device, RowArgs& a,
 Tensor rms_norm(const Tensor& x, const Tensor* weight, float eps) {
   RowSetup s = row_setup(x, weight, nullptr, eps, "rms_norm");
   if (s.a.rows == 0 || s.a.cols == 0) return s.out;
-  if (rows_vec8(s)) {
+  if (row_regs_fit(s, true)) {
+    launch_row_regs<RegOut::kNorm>(s.a, RegExtra{}, s.a.rows);
+  } else if (rows_vec8(s)) {
     rms_rows_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
   } else {
     rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 0);
@@ -582,8 +752,11 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor* weight, float eps, const
   RowSetup& s = m.s;
   if (s.a.rows == 0 || s.a.cols == 0) return s.out;
   const bool vec = rows_vec8(s) && vec8_ok(m.sc) && vec8_ok(m.sh);
+  const bool regs = vec && row_regs_fit(s, true);
   with_index_check("rms_norm_modulate", s.a.tables, s.x.device(), s.a, [&] {
-    if (vec) {
+    if (regs) {
+      launch_row_regs<RegOut::kModulate>(s.a, RegExtra{}, s.a.rows);
+    } else if (vec) {
       rms_rows_vec8_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
     } else {
       rms_rows_kernel<<<row_blocks(s.a.rows), kWarpsPerBlock * 32, 0, current_stream()>>>(s.a, 1);
@@ -619,8 +792,17 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
   auto* q = static_cast<uint8_t*>(out.data.raw());
   auto* qs = static_cast<float*>(out.scale.raw());
   const int64_t m4 = out.data.size(0);
+  RegExtra e;
+  e.q = q;
+  e.qscale = qs;
+  e.m4 = m4;
+  const bool regs = row_regs_fit(s, false);
   with_index_check("rms_norm_modulate_fp8", s.a.tables, s.x.device(), s.a, [&] {
-    if (groups)
+    if (regs && groups)
+      launch_row_regs<RegOut::kFp8Groups>(s.a, e, m4);
+    else if (regs)
+      launch_row_regs<RegOut::kFp8Rows>(s.a, e, s.a.rows);
+    else if (groups)
       rms_modulate_fp8_groups_kernel<<<row_blocks(m4), kWarpsPerBlock * 32, 0, current_stream()>>>(
           s.a, m4, q, qs);
     else
@@ -628,6 +810,102 @@ Fp8Activation rms_norm_modulate_fp8(const Tensor& x, const Tensor* weight, float
                                      current_stream()>>>(s.a, q, qs);
   });
   return out;
+}
+
+namespace {
+
+// gated_residual_rms_norm_modulate(_fp8)'s checks, and whether its one-kernel path applies: the
+// branch in the residual's 16-bit dtype, the gate table shaped as the scale's, every operand
+// vec8_ok and the rows within the register kernels' width; the fusions it joins on.
+bool gated_norm_fits(const Tensor& res, const Tensor& branch, const Tensor& gate, const Tensor& idx,
+                     const Tensor& scale, const char* op) {
+  for (const Tensor* t : {&res, &branch, &gate, &idx}) require_cuda(*t, op, "input");
+  check_float(res, op, "residual");
+  check_float(branch, op, "branch");
+  check_float(gate, op, "gate");
+  H3_CHECK(res.dim() == 2 && branch.shape() == res.shape() && gate.dim() == 2 &&
+               gate.size(1) == res.size(1) && idx.numel() == res.size(0),
+           ErrorCode::kInvalidArgument, "ops::", op,
+           ": expected residual/branch [S, C], gate [T, C], idx [S]; got ", shape_str(res.shape()),
+           ", ", shape_str(branch.shape()), ", ", shape_str(gate.shape()), ", ",
+           shape_str(idx.shape()));
+  return branch.dtype() == res.dtype() && gate.shape() == scale.shape() && vec8_ok(branch) &&
+         vec8_ok(gate) && fusion_enabled("GATED_NORM") && fusion_enabled("GATED_RESIDUAL");
+}
+
+// The gated residual's part of the register kernel's arguments; x_out is the sum's tensor.
+RegExtra gated_extra(const Tensor& branch, const Tensor& gate, const Tensor& x_out) {
+  RegExtra e;
+  e.branch = branch.raw();
+  e.gate = gate.raw();
+  e.gt = dtype_code(gate.dtype());
+  e.x_out = x_out.raw();
+  return e;
+}
+
+}  // namespace
+
+GatedNorm gated_residual_rms_norm_modulate(const Tensor& residual, const Tensor& branch,
+                                           const Tensor& gate, const Tensor& idx,
+                                           const Tensor* weight, float eps, const Tensor& scale,
+                                           const Tensor& shift) {
+  const char* op = "gated_residual_rms_norm_modulate";
+  GatedNorm r;
+  if (gated_norm_fits(residual, branch, gate, idx, scale, op)) {
+    ModulateSetup m = modulate_setup(residual, weight, eps, scale, shift, idx, op, true);
+    RowSetup& s = m.s;
+    if (row_regs_fit(s, true) && vec8_ok(m.sc) && vec8_ok(m.sh) &&
+        fusion_enabled("RMSNORM_MODULATE")) {
+      const Tensor br = contiguous(branch), g = contiguous(gate);
+      r.x = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+      r.modulated = s.out;
+      if (s.a.rows == 0) return r;
+      const RegExtra e = gated_extra(br, g, r.x);
+      with_index_check(op, s.a.tables, s.x.device(), s.a,
+                       [&] { launch_row_regs<RegOut::kModulate>(s.a, e, s.a.rows); });
+      return r;
+    }
+  }
+  r.x = cuda::gated_residual(residual, branch, gate, idx);
+  r.modulated = cuda::rms_norm_modulate(r.x, weight, eps, scale, shift, idx);
+  return r;
+}
+
+GatedNormFp8 gated_residual_rms_norm_modulate_fp8(const Tensor& residual, const Tensor& branch,
+                                                  const Tensor& gate, const Tensor& idx,
+                                                  const Tensor* weight, float eps,
+                                                  const Tensor& scale, const Tensor& shift,
+                                                  Fp8ActScaling act) {
+  const char* op = "gated_residual_rms_norm_modulate_fp8";
+  GatedNormFp8 r;
+  if (gated_norm_fits(residual, branch, gate, idx, scale, op) &&
+      rms_norm_modulate_fp8_fused(residual, weight, scale, shift, act)) {
+    ModulateSetup m = modulate_setup(residual, weight, eps, scale, shift, idx, op, false);
+    RowSetup& s = m.s;
+    if (row_regs_fit(s, false)) {
+      const Tensor br = contiguous(branch), g = contiguous(gate);
+      const bool groups = act == Fp8ActScaling::kPerGroup;
+      r.x = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+      r.modulated =
+          groups ? empty_fp8_groups(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device())
+                 : empty_fp8_rows(s.a.rows, s.a.cols, s.x.shape(), s.x.dtype(), s.x.device());
+      if (s.a.rows == 0) return r;
+      RegExtra e = gated_extra(br, g, r.x);
+      e.q = static_cast<uint8_t*>(r.modulated.data.raw());
+      e.qscale = static_cast<float*>(r.modulated.scale.raw());
+      e.m4 = r.modulated.data.size(0);
+      with_index_check(op, s.a.tables, s.x.device(), s.a, [&] {
+        if (groups)
+          launch_row_regs<RegOut::kFp8Groups>(s.a, e, e.m4);
+        else
+          launch_row_regs<RegOut::kFp8Rows>(s.a, e, s.a.rows);
+      });
+      return r;
+    }
+  }
+  r.x = cuda::gated_residual(residual, branch, gate, idx);
+  r.modulated = cuda::rms_norm_modulate_fp8(r.x, weight, eps, scale, shift, idx, act);
+  return r;
 }
 
 namespace {
